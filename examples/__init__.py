@@ -1,0 +1,1 @@
+"""Reference examples for Bastion."""

@@ -1,0 +1,115 @@
+"""The documents and admin-users API of the spec, in two versions: v1 (deprecated) and v2 (paged list)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from bastion import NotFound, Service
+from examples.documents_api.store import USERS, Document, DocumentStore
+
+PAGE_SIZE_DEFAULT = 20
+PAGE_SIZE_MAX = 100
+
+
+class DocumentRecord(BaseModel):
+    """A document as the API returns it."""
+
+    id: str
+    owner_id: str
+    title: str
+    content: str
+
+
+class DocumentIn(BaseModel):
+    """A document as clients send it; ``id`` and ``owner_id`` are optional on create."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: Annotated[str | None, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")] = None
+    owner_id: Annotated[str | None, Field(min_length=1, max_length=128)] = None
+    title: Annotated[str, Field(min_length=1, max_length=200)]
+    content: Annotated[str, Field(max_length=100_000)]
+
+
+class UserRecord(BaseModel):
+    id: str
+    username: str
+    roles: list[str]
+
+
+class DocumentPage(BaseModel):
+    """v2's paged list."""
+
+    items: list[DocumentRecord]
+    next_cursor: str | None
+
+
+def caller_sub(request: Request) -> str | None:
+    """The authenticated caller's ``sub`` when token auth put claims in the scope, else ``None``."""
+    claims = request.scope.get("bastion.claims")
+    return getattr(claims, "sub", None)
+
+
+def document_routes(store: DocumentStore) -> APIRouter:
+    """The routes both versions share (everything but the list)."""
+    router = APIRouter()
+
+    @router.post("/documents", response_model=DocumentRecord)
+    async def create_document(body: DocumentIn, request: Request) -> dict[str, str]:
+        owner = caller_sub(request) or body.owner_id or "anonymous"
+        doc_id = body.id or store.new_id()
+        doc = store.put(Document(id=doc_id, owner_id=owner, title=body.title, content=body.content))
+        return doc.as_dict()
+
+    @router.get("/documents/{user_id}/{doc_id}", response_model=DocumentRecord)
+    async def get_document(user_id: str, doc_id: str) -> dict[str, str]:
+        doc = store.get(user_id, doc_id)
+        if doc is None:
+            raise NotFound("Document not found")
+        return doc.as_dict()
+
+    @router.put("/documents/{user_id}/{doc_id}", response_model=DocumentRecord)
+    async def replace_document(user_id: str, doc_id: str, body: DocumentIn) -> dict[str, str]:
+        if store.get(user_id, doc_id) is None:
+            raise NotFound("Document not found")
+        doc = store.put(Document(id=doc_id, owner_id=user_id, title=body.title, content=body.content))
+        return doc.as_dict()
+
+    @router.delete("/documents/{user_id}/{doc_id}", response_model=DocumentRecord)
+    async def delete_document(user_id: str, doc_id: str) -> dict[str, str]:
+        doc = store.delete(user_id, doc_id)
+        if doc is None:
+            raise NotFound("Document not found")
+        return doc.as_dict()
+
+    @router.get("/admin/users", response_model=list[UserRecord])
+    async def list_users() -> list[dict[str, object]]:
+        return [user.as_dict() for user in USERS]
+
+    return router
+
+
+def register(service: Service, store: DocumentStore) -> None:
+    """Add v1 (deprecated in favour of v2) and v2 to ``service``."""
+    v1 = service.version(1)
+    v2 = service.version(2)
+
+    @v1.get("/documents", response_model=list[DocumentRecord])
+    async def list_documents_v1() -> list[dict[str, str]]:
+        return [doc.as_dict() for doc in store.list()]
+
+    @v2.get("/documents", response_model=DocumentPage)
+    async def list_documents_v2(
+        limit: Annotated[int, Query(ge=1, le=PAGE_SIZE_MAX)] = PAGE_SIZE_DEFAULT,
+        cursor: Annotated[str | None, Query(max_length=128)] = None,
+    ) -> dict[str, object]:
+        items, next_cursor = store.page(after=cursor, limit=limit)
+        return {"items": [doc.as_dict() for doc in items], "next_cursor": next_cursor}
+
+    shared = document_routes(store)
+    v1.include_router(shared)
+    v2.include_router(shared)
+    service.deprecate(1, replacement=2, sunset="2027-06-30T00:00:00Z", message="v2 pages the document list.")

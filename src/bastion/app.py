@@ -1,0 +1,241 @@
+"""The service builder and the one place that knows the order of the HTTP pipeline.
+
+Outermost first (DESIGN.md section 1; ``docs/pipeline.md`` explains each layer)::
+
+    request id -> panic recovery -> security headers -> CORS -> access log -> error rendering
+    -> timeout -> body limit -> compression -> deprecation -> route resolution
+    -> [token auth] -> [rate limit] -> [policy] -> [resilience] -> dispatch
+
+The bracketed layers are slots (:class:`Slot`): empty until a capability or the operator fills them.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import structlog
+from fastapi import APIRouter
+from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
+from opentelemetry.metrics import MeterProvider
+from starlette.datastructures import State
+from starlette.routing import BaseRoute
+
+from bastion.config import Settings, load_settings
+from bastion.errors import ConfigError
+from bastion.health import HEALTH_PATH, READY_PATH, Check, Health, ReadinessCheck
+from bastion.middleware import (
+    AccessLogMiddleware,
+    BodyLimitMiddleware,
+    CompressionMiddleware,
+    CorsMiddleware,
+    ErrorRenderingMiddleware,
+    PanicRecoveryMiddleware,
+    RequestIdMiddleware,
+    SecurityHeadersMiddleware,
+    TimeoutMiddleware,
+)
+from bastion.routing.deprecation import DeprecationMiddleware
+from bastion.routing.fallback import Dispatcher, FallbackHandler, handler_app
+from bastion.routing.resolve import RouteEntry, RouteResolutionMiddleware, RouteTable
+from bastion.routing.versioned import ApiVersion, VersionedApi
+from bastion.telemetry import get_meter, version_counter
+from bastion.types import ASGIApp, Receive, Scope, Send
+
+DEFAULT_SERVICE_NAME = "bastion-service"
+DEFAULT_SERVICE_VERSION = "0.1.0"
+
+Layer = Callable[[ASGIApp], ASGIApp]
+Hook = Callable[[], Awaitable[None]]
+log = structlog.get_logger("bastion.app")
+
+
+class Slot(enum.Enum):
+    """Where a security or resilience layer plugs into the pipeline, in the spec's order."""
+
+    TOKEN_AUTH = "token_auth"
+    RATE_LIMIT = "rate_limit"
+    POLICY = "policy"
+    RESILIENCE = "resilience"
+
+
+# Innermost first: the order in which slot layers wrap the dispatcher.
+_SLOTS_INNERMOST_FIRST = (Slot.RESILIENCE, Slot.POLICY, Slot.RATE_LIMIT, Slot.TOKEN_AUTH)
+
+
+class Service:
+    """A Bastion service: versioned API, readiness checks, frontend routes, fallback, and pipeline slots.
+
+    ``bastion run module:service`` builds it with the loaded settings. Business routes are registered only
+    through :meth:`version` (or the :class:`VersionedApi` passed in); there is no unversioned route method.
+    """
+
+    def __init__(self, name: str | None = None, *, version: str | None = None, api: VersionedApi | None = None) -> None:
+        self.name = name
+        self.service_version = version
+        self.api = api or VersionedApi()
+        self._checks: list[ReadinessCheck] = []
+        self._frontend: list[BaseRoute] = []
+        self._frontend_fallback: ASGIApp | None = None
+        self._fallback: ASGIApp | None = None
+        self._slots: dict[Slot, list[Layer]] = {slot: [] for slot in Slot}
+        self._startup: list[Hook] = []
+        self._shutdown: list[Hook] = []
+
+    def version(self, number: int, **kwargs: Any) -> ApiVersion:
+        """Register API major version ``number`` (see :meth:`VersionedApi.version`)."""
+        return self.api.version(number, **kwargs)
+
+    def deprecate(self, number: int, *, replacement: int, sunset: str | None = None, message: str | None = None) -> None:
+        """Mark version ``number`` deprecated (see :meth:`VersionedApi.deprecate`)."""
+        self.api.deprecate(number, replacement=replacement, sunset=sunset, message=message)
+
+    def add_readiness_check(self, name: str, check: Check, *, optional: bool = False) -> None:
+        """Add a ``/ready`` dependency check; a failing non-optional check makes ``/ready`` answer 503."""
+        if any(existing.name == name for existing in self._checks):
+            raise ConfigError(f"readiness check {name!r} is registered twice")
+        self._checks.append(ReadinessCheck(name=name, check=check, optional=optional))
+
+    def frontend(self, routes: Sequence[BaseRoute], *, fallback: FallbackHandler | None = None) -> None:
+        """Unversioned frontend routes (pages, static files), matched after the versioned API."""
+        self._frontend = list(routes)
+        self._frontend_fallback = handler_app(fallback) if fallback is not None else None
+
+    def set_fallback(self, handler: FallbackHandler) -> None:
+        """Handle unmatched paths with ``async def handler(request) -> Response``. The last call wins."""
+        self._fallback = handler_app(handler)
+
+    def set_fallback_app(self, app: ASGIApp) -> None:
+        """Forward unmatched paths to an ASGI app (a proxy or gateway). The last call wins."""
+        self._fallback = app
+
+    def use(self, slot: Slot, layer: Layer) -> None:
+        """Plug ``layer`` (``app -> app``) into ``slot``; several layers in one slot run in the order added."""
+        self._slots[slot].append(layer)
+
+    def on_startup(self, hook: Hook) -> Hook:
+        self._startup.append(hook)
+        return hook
+
+    def on_shutdown(self, hook: Hook) -> Hook:
+        self._shutdown.append(hook)
+        return hook
+
+    def build(self, settings: Settings | None = None, *, meter_provider: MeterProvider | None = None) -> BastionApp:
+        """The ASGI application for ``settings`` (embedded defaults when ``None``)."""
+        return BastionApp(self, settings or load_settings(environ={}), meter_provider=meter_provider)
+
+
+class BastionApp:
+    """The built ASGI application: the middleware stack over the dispatcher, plus lifespan hooks."""
+
+    def __init__(self, service: Service, settings: Settings, *, meter_provider: MeterProvider | None = None) -> None:
+        service.api.validate()
+        self.service = service
+        self.settings = settings
+        self.state = State()
+        self.name = settings.service.name or service.name or DEFAULT_SERVICE_NAME
+        self.version = settings.service.version or service.service_version or DEFAULT_SERVICE_VERSION
+        self.base_path = service.api.base_path if service.api.base_path is not None else settings.service.base_path
+        counter = version_counter(get_meter(meter_provider)) if settings.metrics.enabled else None
+
+        self.router = APIRouter()
+        entries: list[RouteEntry] = []
+        for number, version in sorted(service.api.versions.items()):
+            prefix = service.api.prefix(number, self.base_path)
+            self.router.include_router(version, prefix=prefix)
+            openapi = RouteEntry(
+                template=f"{prefix}/openapi.json",
+                methods=frozenset({"GET", "HEAD"}),
+                version=number,
+                name=f"openapi_v{number}",
+                handler=self._openapi_handler(number),
+            )
+            entries.extend(RouteTable.from_router(version_router(version, prefix), version=number, extra=[openapi]))
+        self.routes = RouteTable(entries)
+        self.health = Health(
+            service=self.name,
+            version=self.version,
+            checks=service._checks,
+            timeout=settings.service.ready_timeout_secs,
+        )
+        dispatcher = Dispatcher(
+            builtins={HEALTH_PATH: self.health.health, READY_PATH: self.health.ready},
+            table=self.routes,
+            versioned=AsyncExitStackMiddleware(self.router),  # FastAPI routes expect its exit stack in scope
+            frontend=service._frontend,
+            fallback=service._fallback or service._frontend_fallback,
+        )
+        self.stack = self._assemble(dispatcher, counter)
+
+    def _assemble(self, dispatcher: ASGIApp, counter: Any) -> ASGIApp:
+        settings, middleware = self.settings, self.settings.middleware
+        app: ASGIApp = dispatcher
+        for slot in _SLOTS_INNERMOST_FIRST:
+            for layer in reversed(self.service._slots[slot]):
+                app = layer(app)
+        app = RouteResolutionMiddleware(app, table=self.routes)
+        app = DeprecationMiddleware(app, api=self.service.api, base_path=self.base_path, counter=counter)
+        app = CompressionMiddleware(app, settings=middleware.compression)
+        app = BodyLimitMiddleware(app, max_body_bytes=middleware.max_body_bytes)
+        app = TimeoutMiddleware(app, timeout_secs=middleware.timeout_secs)
+        app = ErrorRenderingMiddleware(app)
+        if middleware.access_log.enabled:
+            app = AccessLogMiddleware(app, settings=middleware.access_log)
+        app = CorsMiddleware(app, settings=middleware.cors)
+        if middleware.security_headers.enabled:
+            app = SecurityHeadersMiddleware(app, settings=middleware.security_headers)
+        app = PanicRecoveryMiddleware(app)
+        app = RequestIdMiddleware(app)
+        del settings
+        return app
+
+    def _openapi_handler(self, number: int) -> ASGIApp:
+        async def openapi(scope: Scope, receive: Receive, send: Send) -> None:
+            document = self.service.api.openapi(number, base_path=self.base_path, title=self.name, version=self.version)
+            body = json.dumps(document, separators=(",", ":")).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+        return openapi
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        scope["app"] = self
+        scope["router"] = self.router
+        await self.stack(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    for hook in self.service._startup:
+                        await hook()
+                except Exception as exc:
+                    log.error("startup_failed", exc_info=exc)
+                    await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
+                    return
+                log.info("service_started", service=self.name, version=self.version)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                for hook in reversed(self.service._shutdown):
+                    try:
+                        await hook()
+                    except Exception as exc:
+                        log.error("shutdown_hook_failed", exc_info=exc)
+                log.info("service_stopped", service=self.name)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def version_router(version: ApiVersion, prefix: str) -> APIRouter:
+    """A router holding only ``version`` under ``prefix``, for reading its routes' full templates."""
+    router = APIRouter()
+    router.include_router(version, prefix=prefix)
+    return router

@@ -1,0 +1,276 @@
+"""The error tree and its HTTP rendering.
+
+::
+
+    BastionError                      500 INTERNAL_ERROR
+    ├── ConfigError (ValueError)      settings that cannot load; raised at start-up only
+    ├── BadRequest                    400 BAD_REQUEST
+    │   └── MalformedBody             400 MALFORMED_BODY
+    ├── TokenError                    401 UNAUTHORIZED
+    │   ├── InvalidToken              401 INVALID_TOKEN
+    │   ├── TokenExpired              401 TOKEN_EXPIRED
+    │   └── TokenRevoked              401 TOKEN_REVOKED
+    ├── PolicyDenied                  403 FORBIDDEN
+    ├── NotFound                      404 NOT_FOUND
+    ├── MethodNotAllowed              405 METHOD_NOT_ALLOWED
+    ├── PayloadTooLarge               413 PAYLOAD_TOO_LARGE
+    ├── UnsupportedMediaType          415 UNSUPPORTED_MEDIA_TYPE
+    ├── ValidationFailed              422 VALIDATION_ERROR
+    ├── RateLimitExceeded             429 RATE_LIMIT_EXCEEDED (+ retry_after)
+    ├── PolicyError                   500 POLICY_ERROR
+    ├── CacheStoreError               500 CACHE_STORE_ERROR
+    ├── Unavailable                   503 SERVICE_UNAVAILABLE
+    │   ├── CircuitOpen
+    │   ├── BulkheadFull
+    │   └── NotReady
+    └── GatewayTimeout                504 GATEWAY_TIMEOUT
+
+Handlers and middleware raise these; :func:`render` turns any of them (and FastAPI's and Starlette's own
+request errors) into the one JSON body ``{"error", "code", "status"[, "retry_after"]}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any, ClassVar
+
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+
+from bastion.types import Headers
+
+JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+
+
+class BastionError(Exception):
+    """Base of every error Bastion renders; unexpected exceptions render as this one."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    message: ClassVar[str] = "Internal server error"
+    grpc_status: ClassVar[str] = "INTERNAL"
+
+    def __init__(self, message: str | None = None, *, headers: Sequence[tuple[str, str]] = ()) -> None:
+        self.detail = message if message is not None else self.message
+        self.headers = list(headers)
+        super().__init__(self.detail)
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body of this error."""
+        return {"error": self.detail, "code": self.code, "status": self.status}
+
+
+class ConfigError(BastionError, ValueError):
+    """Settings that cannot load; raised only while the service starts."""
+
+    code = "CONFIG_ERROR"
+    message = "Invalid configuration"
+
+
+class BadRequest(BastionError):
+    """The request cannot be understood."""
+
+    status, code, message, grpc_status = 400, "BAD_REQUEST", "Bad request", "INVALID_ARGUMENT"
+
+
+class MalformedBody(BadRequest):
+    """The body is not valid JSON (or not the declared encoding)."""
+
+    code, message = "MALFORMED_BODY", "Request body is not valid JSON"
+
+
+class TokenError(BastionError):
+    """Missing or malformed credentials (RFC 6750 ``invalid_request``)."""
+
+    status, code, message, grpc_status = 401, "UNAUTHORIZED", "Authentication required", "UNAUTHENTICATED"
+
+
+class InvalidToken(TokenError):
+    """The token's signature, format or claims are invalid."""
+
+    code, message = "INVALID_TOKEN", "Invalid token"
+
+
+class TokenExpired(TokenError):
+    """The token's ``exp`` has passed (beyond the leeway)."""
+
+    code, message = "TOKEN_EXPIRED", "Token has expired"
+
+
+class TokenRevoked(TokenError):
+    """The token's ``jti`` is on the revocation list."""
+
+    code, message = "TOKEN_REVOKED", "Token has been revoked"
+
+
+class PolicyDenied(BastionError):
+    """The policy decision is Deny."""
+
+    status, code, message, grpc_status = 403, "FORBIDDEN", "Access denied by policy", "PERMISSION_DENIED"
+
+
+class NotFound(BastionError):
+    """A framework-level 404 (not the empty-bodied unmatched-path 404)."""
+
+    status, code, message, grpc_status = 404, "NOT_FOUND", "Not found", "NOT_FOUND"
+
+
+class MethodNotAllowed(BastionError):
+    """The path exists but not for this method."""
+
+    status, code, message, grpc_status = 405, "METHOD_NOT_ALLOWED", "Method not allowed", "UNIMPLEMENTED"
+
+
+class PayloadTooLarge(BastionError):
+    """The request body exceeds ``middleware.max_body_bytes``."""
+
+    status, code, message, grpc_status = 413, "PAYLOAD_TOO_LARGE", "Request body too large", "OUT_OF_RANGE"
+
+
+class UnsupportedMediaType(BastionError):
+    """The body's content type is not one the route accepts."""
+
+    status, code, message, grpc_status = 415, "UNSUPPORTED_MEDIA_TYPE", "Unsupported media type", "INVALID_ARGUMENT"
+
+
+class ValidationFailed(BastionError):
+    """The request does not match the route's declared parameters or body model."""
+
+    status, code, message, grpc_status = 422, "VALIDATION_ERROR", "Request validation failed", "INVALID_ARGUMENT"
+
+
+class RateLimitExceeded(BastionError):
+    """A rate-limit bucket is spent."""
+
+    status, code, message, grpc_status = 429, "RATE_LIMIT_EXCEEDED", "Rate limit exceeded", "RESOURCE_EXHAUSTED"
+
+    def __init__(self, *, retry_after: int, headers: Sequence[tuple[str, str]] = ()) -> None:
+        self.retry_after = max(0, int(retry_after))
+        super().__init__(headers=[("retry-after", str(self.retry_after)), *headers])
+
+    def body(self) -> dict[str, Any]:
+        return {**super().body(), "retry_after": self.retry_after}
+
+
+class PolicyError(BastionError):
+    """The policy could not be evaluated (and ``fail_open`` is false)."""
+
+    code, message = "POLICY_ERROR", "Policy evaluation failed"
+
+
+class CacheStoreError(BastionError):
+    """The cache store (Redis/Valkey) could not be reached."""
+
+    code, message, grpc_status = "CACHE_STORE_ERROR", "Cache store unavailable", "UNAVAILABLE"
+
+
+class Unavailable(BastionError):
+    """The service refuses the request for now; clients may retry after ``Retry-After``."""
+
+    status, code, message, grpc_status = 503, "SERVICE_UNAVAILABLE", "Service unavailable", "UNAVAILABLE"
+
+    def __init__(self, message: str | None = None, *, retry_after: int | None = None) -> None:
+        super().__init__(message, headers=[("retry-after", str(retry_after))] if retry_after is not None else ())
+
+
+class CircuitOpen(Unavailable):
+    """The inbound circuit breaker is open."""
+
+    message = "Service unavailable: circuit open"
+
+
+class BulkheadFull(Unavailable):
+    """No bulkhead slot became free in time."""
+
+    message = "Service unavailable: too many concurrent requests"
+
+
+class NotReady(Unavailable):
+    """A non-optional dependency is down."""
+
+    message = "Service not ready"
+
+
+class GatewayTimeout(BastionError):
+    """The handler did not answer within ``middleware.timeout_secs``."""
+
+    status, code, message, grpc_status = 504, "GATEWAY_TIMEOUT", "Request timed out", "DEADLINE_EXCEEDED"
+
+
+_CODE_FOR_STATUS: Mapping[int, type[BastionError]] = {
+    cls.status: cls
+    for cls in (
+        BadRequest,
+        TokenError,
+        PolicyDenied,
+        NotFound,
+        MethodNotAllowed,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        ValidationFailed,
+        Unavailable,
+        GatewayTimeout,
+    )
+}
+
+_MAX_VALIDATION_ITEMS = 5
+
+
+def from_http_exception(exc: HTTPException) -> BastionError:
+    """Translate a Starlette/FastAPI ``HTTPException`` raised by a handler into the error tree."""
+    cls = _CODE_FOR_STATUS.get(exc.status_code)
+    detail = exc.detail if isinstance(exc.detail, str) else None
+    headers = list((exc.headers or {}).items())
+    if cls is not None:
+        return cls(detail, headers=headers) if cls is not Unavailable else Unavailable(detail)
+    # An HTTPException with a status we do not model keeps its own status and a derived code.
+    phrase = _phrase(exc.status_code)
+    code = phrase.upper().replace(" ", "_").replace("-", "_").replace("'", "")
+    unmodeled = type("HTTPError", (BastionError,), {"status": exc.status_code, "code": code})
+    return unmodeled(detail or phrase, headers=headers)
+
+
+def from_validation_error(exc: RequestValidationError) -> BastionError:
+    """Translate FastAPI's request validation error: malformed JSON is 400, the rest 422."""
+    errors = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return MalformedBody()
+    parts = []
+    for item in errors[:_MAX_VALIDATION_ITEMS]:
+        loc = ".".join(str(p) for p in item.get("loc", ()))
+        parts.append(f"{loc}: {item.get('msg', 'invalid')}")
+    if len(errors) > _MAX_VALIDATION_ITEMS:
+        parts.append(f"and {len(errors) - _MAX_VALIDATION_ITEMS} more")
+    return ValidationFailed("Request validation failed: " + "; ".join(parts))
+
+
+def as_bastion_error(exc: BaseException) -> BastionError | None:
+    """The error-tree form of ``exc``, or ``None`` when it is an unexpected exception (a 500)."""
+    if isinstance(exc, BastionError):
+        return exc
+    if isinstance(exc, RequestValidationError):
+        return from_validation_error(exc)
+    if isinstance(exc, HTTPException):
+        return from_http_exception(exc)
+    return None
+
+
+def render(error: BastionError, extra_headers: Sequence[tuple[bytes, bytes]] = ()) -> tuple[int, Headers, bytes]:
+    """Status, raw headers and JSON body bytes for ``error``."""
+    body = json.dumps(error.body(), separators=(",", ":"), ensure_ascii=False).encode()
+    headers: Headers = [
+        JSON_CONTENT_TYPE,
+        (b"content-length", str(len(body)).encode()),
+        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers),
+        *extra_headers,
+    ]
+    return error.status, headers, body
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"

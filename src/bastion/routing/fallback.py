@@ -1,0 +1,84 @@
+"""Dispatch at the bottom of the stack: health > versioned > frontend > fallback > empty 404."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match, get_route_path, request_response
+
+from bastion.errors import MethodNotAllowed
+from bastion.routing.resolve import RouteTable
+from bastion.types import SCOPE_ROUTE, ASGIApp, Receive, Scope, Send
+
+FallbackHandler = Callable[[Request], Awaitable[Response]]
+_UNRESOLVED = object()
+
+
+def handler_app(handler: FallbackHandler) -> ASGIApp:
+    """An ASGI app from a ``request -> response`` handler (the fallback-handler form)."""
+    return request_response(handler)
+
+
+async def empty_not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    """The spec's unmatched-path answer: 404 with an empty body."""
+    await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+class Dispatcher:
+    """Send each request to the first of: built-in (health/ready), versioned route, frontend route, fallback.
+
+    Versioned routes were resolved by RouteResolutionMiddleware (scope[SCOPE_ROUTE]); a path that matches
+    only with another method is a 405 in the error shape. Without a fallback an unmatched path is an empty 404.
+    """
+
+    def __init__(
+        self,
+        *,
+        builtins: Mapping[str, ASGIApp],
+        table: RouteTable,
+        versioned: ASGIApp,
+        frontend: Sequence[BaseRoute] = (),
+        fallback: ASGIApp | None = None,
+    ) -> None:
+        self.builtins = dict(builtins)
+        self.table = table
+        self.versioned = versioned
+        self.frontend = list(frontend)
+        self.fallback = fallback or empty_not_found
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return
+        path = get_route_path(scope)
+        builtin = self.builtins.get(path)
+        if builtin is not None:
+            if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
+                raise MethodNotAllowed(headers=[("allow", "GET, HEAD")])
+            await builtin(scope, receive, send)
+            return
+        resolved = scope.get(SCOPE_ROUTE, _UNRESOLVED)
+        if resolved is _UNRESOLVED:
+            resolved = self.table.resolve(scope.get("method", "GET"), path)
+        if resolved is not None:
+            if not resolved.method_allowed:
+                raise MethodNotAllowed(headers=[("allow", ", ".join(sorted(resolved.allowed_methods)))])
+            handler = resolved.entry.handler or self.versioned
+            await handler(scope, receive, send)
+            return
+        partial: BaseRoute | None = None
+        for route in self.frontend:
+            match, child_scope = route.matches(scope)
+            if match is Match.FULL:
+                scope.update(child_scope)
+                await route.handle(scope, receive, send)
+                return
+            if match is Match.PARTIAL and partial is None:
+                partial, partial_scope = route, child_scope
+        if partial is not None:
+            scope.update(partial_scope)
+            await partial.handle(scope, receive, send)
+            return
+        await self.fallback(scope, receive, send)

@@ -1,0 +1,115 @@
+"""Route resolution, once per request and before auth: which versioned route (template, path params) a path reaches."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.routing import iter_route_contexts
+from starlette.routing import compile_path, get_route_path
+
+from bastion.types import SCOPE_ROUTE, ASGIApp, Receive, Scope, Send
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteEntry:
+    """A route known before dispatch: its full path template, methods and (for built-ins) its handler."""
+
+    template: str
+    methods: frozenset[str] | None
+    version: int | None
+    name: str | None = None
+    handler: ASGIApp | None = None
+    regex: re.Pattern[str] = field(init=False, repr=False)
+    convertors: dict[str, Any] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        regex, _, convertors = compile_path(self.template)
+        object.__setattr__(self, "regex", regex)
+        object.__setattr__(self, "convertors", convertors)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvedRoute:
+    """Where a request lands: ``"<METHOD> <template>"`` is its policy action; path params are resource attributes."""
+
+    template: str
+    path_params: dict[str, Any]
+    version: int | None
+    method_allowed: bool
+    allowed_methods: frozenset[str]
+    entry: RouteEntry
+
+
+class RouteTable:
+    """All versioned routes with full templates (``/api/v1/documents/{user_id}/{doc_id}``), in registration order."""
+
+    def __init__(self, entries: Iterable[RouteEntry]) -> None:
+        self.entries = list(entries)
+
+    @classmethod
+    def from_router(cls, router: APIRouter, *, version: int, extra: Iterable[RouteEntry] = ()) -> list[RouteEntry]:
+        """Entries for every route of ``router`` (flattening included routers), with their full templates."""
+        entries = list(extra)
+        for context in iter_route_contexts(router.routes):
+            template = context.path_format
+            if template is None:
+                continue
+            methods = context.methods
+            entries.append(
+                RouteEntry(
+                    template=template,
+                    methods=frozenset(methods) if methods else None,
+                    version=version,
+                    name=context.name,
+                )
+            )
+        return entries
+
+    def resolve(self, method: str, path: str) -> ResolvedRoute | None:
+        """The route ``method path`` reaches; ``method_allowed`` is false when only other methods match."""
+        partial: tuple[RouteEntry, dict[str, Any]] | None = None
+        allowed: set[str] = set()
+        for entry in self.entries:
+            match = entry.regex.match(path)
+            if match is None:
+                continue
+            params = {key: entry.convertors[key].convert(value) for key, value in match.groupdict().items()}
+            if entry.methods is None or method in entry.methods:
+                return ResolvedRoute(
+                    template=entry.template,
+                    path_params=params,
+                    version=entry.version,
+                    method_allowed=True,
+                    allowed_methods=entry.methods or frozenset(),
+                    entry=entry,
+                )
+            allowed |= entry.methods
+            partial = partial or (entry, params)
+        if partial is None:
+            return None
+        entry, params = partial
+        return ResolvedRoute(
+            template=entry.template,
+            path_params=params,
+            version=entry.version,
+            method_allowed=False,
+            allowed_methods=frozenset(allowed),
+            entry=entry,
+        )
+
+
+class RouteResolutionMiddleware:
+    """Resolve the route once, before auth, rate limit and policy; write scope[SCOPE_ROUTE] (or ``None``)."""
+
+    def __init__(self, app: ASGIApp, *, table: RouteTable) -> None:
+        self.app = app
+        self.table = table
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[SCOPE_ROUTE] = self.table.resolve(scope["method"], get_route_path(scope))
+        await self.app(scope, receive, send)

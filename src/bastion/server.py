@@ -1,0 +1,201 @@
+"""The listener: one port, a first-bytes sniffer in front of the uvicorn HTTP/1.1 protocol.
+
+Every accepted connection starts with :class:`SniffingProtocol`. It looks at the first bytes: anything that
+is not the HTTP/2 client preface goes to uvicorn's HTTP/1.1 protocol at once (the decision costs one
+comparison); an HTTP/2 preface goes to ``h2_protocol_factory``, which the gRPC capability sets, and is
+closed while none is set. Graceful shutdown (SIGTERM/SIGINT) is uvicorn's: stop accepting, let in-flight
+requests finish within ``service.graceful_shutdown_secs``, then exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, ClassVar, cast
+
+import structlog
+import uvicorn
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from bastion.app import BastionApp, Service
+from bastion.config import Settings, load_settings
+from bastion.errors import ConfigError
+from bastion.telemetry import configure_logging
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Http11Protocol
+except ImportError:  # pragma: no cover - httptools is in uvicorn[standard]; h11 is the pure-Python fallback
+    from uvicorn.protocols.http.h11_impl import H11Protocol as _Http11Protocol  # type: ignore[assignment]
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+SNIFF_TIMEOUT_SECS = 10.0
+ENV_APP, ENV_CONFIG, ENV_APP_DIR = "BASTION_APP", "BASTION_CONFIG", "BASTION_APP_DIR"
+
+log = structlog.get_logger("bastion.server")
+
+
+class SniffingProtocol(asyncio.Protocol):
+    """Decide per connection between HTTP/1.1 (uvicorn) and HTTP/2 (gRPC) from the first bytes.
+
+    Constructed by uvicorn exactly like its own HTTP protocols. A connection that sends a partial preface
+    and then nothing is closed after ``SNIFF_TIMEOUT_SECS``.
+    """
+
+    h2_protocol_factory: ClassVar[Callable[[], asyncio.Protocol] | None] = None
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.config = config
+        self.server_state = server_state
+        self.app_state = app_state
+        self.loop = _loop or asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop transports do not subclass it
+        self.timer = self.loop.call_later(SNIFF_TIMEOUT_SECS, self._give_up)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        seen = min(len(self.buffer), len(H2_PREFACE))
+        if self.buffer[:seen] != H2_PREFACE[:seen]:
+            self._hand_over(
+                _Http11Protocol(
+                    config=self.config, server_state=self.server_state, app_state=self.app_state, _loop=self.loop
+                )
+            )
+        elif seen == len(H2_PREFACE):
+            factory = type(self).h2_protocol_factory
+            if factory is None:
+                log.info("http2_refused", reason="gRPC is not enabled on this port")
+                self._close()
+                return
+            self._hand_over(factory())
+
+    def _hand_over(self, protocol: asyncio.Protocol) -> None:
+        assert self.transport is not None
+        self._cancel_timer()
+        buffered, self.buffer = self.buffer, b""
+        self.transport.set_protocol(protocol)
+        protocol.connection_made(self.transport)
+        protocol.data_received(buffered)
+
+    def _give_up(self) -> None:
+        log.info("connection_sniff_timeout")
+        self._close()
+
+    def _close(self) -> None:
+        self._cancel_timer()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def eof_received(self) -> bool | None:
+        self._close()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+
+
+def import_service(reference: str, *, app_dir: str = ".") -> Service:
+    """The :class:`Service` named by ``MODULE:ATTR`` (an attribute, or a zero-argument factory returning one)."""
+    module_name, _, attr = reference.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"app {reference!r} must have the form MODULE:ATTR, e.g. examples.documents_api:service")
+    if app_dir:
+        sys.path.insert(0, os.path.abspath(app_dir))
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise ConfigError(f"cannot import module {module_name!r} (from {os.path.abspath(app_dir)})") from None
+        raise
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ConfigError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(target, Service) and callable(target):
+        target = target()
+    if not isinstance(target, Service):
+        raise ConfigError(f"{reference!r} is a {type(target).__name__}, not a bastion.Service")
+    return target
+
+
+def build(reference: str, settings: Settings, *, app_dir: str = ".") -> BastionApp:
+    """Import the service and build its ASGI app for ``settings``."""
+    return import_service(reference, app_dir=app_dir).build(settings)
+
+
+def _worker_app() -> BastionApp:
+    """uvicorn factory for ``--workers N``: each worker process re-reads the same app and config."""
+    settings = load_settings(os.environ.get(ENV_CONFIG) or None)
+    configure_logging(settings.service.log_level, settings.service.log_format)
+    return build(os.environ[ENV_APP], settings, app_dir=os.environ.get(ENV_APP_DIR, "."))
+
+
+def uvicorn_config(app: Any, settings: Settings, *, host: str, port: int, workers: int = 1, factory: bool = False) -> Config:
+    """The uvicorn configuration Bastion serves with: our sniffer, our logging, no proxy-header rewriting."""
+    return Config(
+        app,
+        host=host,
+        port=port,
+        http=SniffingProtocol,
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        # The rate limiter decides whether forwarded headers are trusted (rate_limit.trust_forwarded_headers);
+        # uvicorn must not rewrite the client address behind its back.
+        proxy_headers=False,
+        timeout_graceful_shutdown=round(settings.service.graceful_shutdown_secs),
+        workers=workers,
+        factory=factory,
+    )
+
+
+def serve(
+    reference: str,
+    settings: Settings,
+    *,
+    config_path: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    workers: int | None = None,
+    app_dir: str = ".",
+) -> int:
+    """Run the service until SIGTERM/SIGINT; the return value is the process exit code."""
+    host = host if host is not None else settings.service.host
+    port = port if port is not None else settings.service.port
+    workers = workers or settings.service.workers
+    if workers > 1:
+        os.environ.update({ENV_APP: reference, ENV_APP_DIR: os.path.abspath(app_dir)})
+        if config_path:
+            os.environ[ENV_CONFIG] = os.path.abspath(config_path)
+        build(reference, settings, app_dir=app_dir)  # fail in the parent, before binding, on a bad app
+        config = uvicorn_config("bastion.server:_worker_app", settings, host=host, port=port, workers=workers, factory=True)
+        from uvicorn.supervisors import Multiprocess
+
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        return 0
+    app = build(reference, settings, app_dir=app_dir)
+    server = uvicorn.Server(uvicorn_config(app, settings, host=host, port=port))
+    server.run()
+    return 0 if server.started else 1

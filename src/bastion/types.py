@@ -1,0 +1,24 @@
+"""The ASGI vocabulary and the scope keys Bastion adds; nothing else redefines them."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+SCOPE_REQUEST_ID = "bastion.request_id"
+"""str: the request id, kept from ``x-request-id`` or generated (request_id middleware)."""
+SCOPE_RESPONSE_HEADERS = "bastion.response_headers"
+"""Headers: headers every response of this request carries, errors included (deprecation)."""
+SCOPE_ROUTE = "bastion.route"
+"""routing.resolve.ResolvedRoute | None: the route the request reaches, resolved before auth."""
+SCOPE_API_VERSION = "bastion.api_version"
+"""int: the API major version of a versioned request."""
+SCOPE_CLAIMS = "bastion.claims"
+"""auth.claims.Claims: the verified token claims (token auth)."""

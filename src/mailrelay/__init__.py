@@ -1,0 +1,1 @@
+"""MailRelay: an SMTP server that turns accepted mail into signed JSON webhooks."""
