@@ -1,0 +1,114 @@
+"""Fixtures shared by the whole suite: free ports and real ``bastion run`` processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bastion import Service, Settings, load_settings
+
+REPO = Path(__file__).resolve().parent.parent
+BASTION = str(Path(sys.executable).with_name("bastion"))
+STARTUP_TIMEOUT_SECS = 20.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class BastionProcess:
+    """A real ``bastion run`` subprocess on a free loopback port, its output captured to a file."""
+
+    def __init__(self, args: list[str], *, env: dict[str, str] | None, log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        full_env = {**os.environ, "SERVICE_LOG_FORMAT": "json", **(env or {})}
+        self.proc = subprocess.Popen(
+            [BASTION, "run", *args, "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=REPO,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECS
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"bastion exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"bastion did not become healthy:\n{self.output()}")
+
+    def wait_for_output(self, text: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.output():
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"{text!r} never appeared in the output:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def bastion_process(tmp_path: Path) -> Iterator[Callable[..., BastionProcess]]:
+    """Factory: ``bastion_process("examples.documents_api:service", "--config", FILE)`` started and healthy."""
+    started: list[BastionProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, wait: bool = True) -> BastionProcess:
+        process = BastionProcess(list(args), env=env, log_path=tmp_path / f"bastion-{len(started)}.log")
+        started.append(process)
+        if wait:
+            process.wait_ready()
+        return process
+
+    yield start
+    for process in started:
+        process.stop(signal.SIGKILL if process.proc.poll() is None else signal.SIGTERM)
+
+
+@pytest.fixture
+async def asgi_client() -> AsyncIterator[Callable[..., httpx.AsyncClient]]:
+    """Factory: an httpx client over ``service.build(settings)`` through ASGITransport (no sockets)."""
+    clients: list[httpx.AsyncClient] = []
+
+    def make(service: Service, settings: Settings | None = None, **build: object) -> httpx.AsyncClient:
+        app = service.build(settings or load_settings(environ={}), **build)  # type: ignore[arg-type]
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
