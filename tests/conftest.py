@@ -81,13 +81,11 @@ class BastionProcess:
         return self.proc.returncode
 
 
-@pytest.fixture
-def bastion_process(tmp_path: Path) -> Iterator[Callable[..., BastionProcess]]:
-    """Factory: ``bastion_process("examples.documents_api:service", "--config", FILE)`` started and healthy."""
+def _process_factory(log_dir: Path) -> Iterator[Callable[..., BastionProcess]]:
     started: list[BastionProcess] = []
 
     def start(*args: str, env: dict[str, str] | None = None, wait: bool = True) -> BastionProcess:
-        process = BastionProcess(list(args), env=env, log_path=tmp_path / f"bastion-{len(started)}.log")
+        process = BastionProcess(list(args), env=env, log_path=log_dir / f"bastion-{len(started)}.log")
         started.append(process)
         if wait:
             process.wait_ready()
@@ -96,6 +94,20 @@ def bastion_process(tmp_path: Path) -> Iterator[Callable[..., BastionProcess]]:
     yield start
     for process in started:
         process.stop(signal.SIGKILL if process.proc.poll() is None else signal.SIGTERM)
+
+
+@pytest.fixture
+def bastion_process(tmp_path: Path) -> Iterator[Callable[..., BastionProcess]]:
+    """Factory: ``bastion_process("examples.documents_api:service", "--config", FILE)`` started and healthy."""
+    yield from _process_factory(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_bastion_process(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., BastionProcess]]:
+    """The same factory, for processes shared by the tests of one module."""
+    yield from _process_factory(tmp_path_factory.mktemp("bastion"))
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from bastion import NotFound, Service
+from bastion.types import SCOPE_CLAIMS
 from examples.documents_api.store import USERS, Document, DocumentStore
 
 PAGE_SIZE_DEFAULT = 20
@@ -49,7 +50,7 @@ class DocumentPage(BaseModel):
 
 def caller_sub(request: Request) -> str | None:
     """The authenticated caller's ``sub`` when token auth put claims in the scope, else ``None``."""
-    claims = request.scope.get("bastion.claims")
+    claims = request.scope.get(SCOPE_CLAIMS)
     return getattr(claims, "sub", None)
 
 
@@ -99,7 +100,7 @@ def register(service: Service, store: DocumentStore) -> None:
 
     @v1.get("/documents", response_model=list[DocumentRecord])
     async def list_documents_v1() -> list[dict[str, str]]:
-        return [doc.as_dict() for doc in store.list()]
+        return [doc.as_dict() for doc in store.all()]
 
     @v2.get("/documents", response_model=DocumentPage)
     async def list_documents_v2(

@@ -40,12 +40,12 @@ class DocumentStore:
             if candidate not in self._docs:
                 return candidate
 
-    def list(self) -> list[Document]:
+    def all(self) -> list[Document]:
         return list(self._docs.values())
 
     def page(self, *, after: str | None, limit: int) -> tuple[list[Document], str | None]:
         """Up to ``limit`` documents after the one with id ``after``, and the cursor for the next page."""
-        docs = self.list()
+        docs = self.all()
         start = 0
         if after is not None:
             ids = [doc.id for doc in docs]

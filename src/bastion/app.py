@@ -88,7 +88,9 @@ class Service:
         """Register API major version ``number`` (see :meth:`VersionedApi.version`)."""
         return self.api.version(number, **kwargs)
 
-    def deprecate(self, number: int, *, replacement: int, sunset: str | None = None, message: str | None = None) -> None:
+    def deprecate(
+        self, number: int, *, replacement: int, sunset: str | None = None, message: str | None = None
+    ) -> None:
         """Mark version ``number`` deprecated (see :meth:`VersionedApi.deprecate`)."""
         self.api.deprecate(number, replacement=replacement, sunset=sunset, message=message)
 
@@ -147,7 +149,7 @@ class BastionApp:
             prefix = service.api.prefix(number, self.base_path)
             self.router.include_router(version, prefix=prefix)
             openapi = RouteEntry(
-                template=f"{prefix}/openapi.json",
+                path=f"{prefix}/openapi.json",
                 methods=frozenset({"GET", "HEAD"}),
                 version=number,
                 name=f"openapi_v{number}",

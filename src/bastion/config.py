@@ -358,12 +358,9 @@ def _sections(model: type[BaseModel], path: tuple[str, ...] = ()) -> Iterable[tu
 # Env names are matched against section names longest first, so keys containing "_" work:
 # SERVICE_RATE_LIMIT_PER_USER_RPM -> rate_limit.per_user_rpm, SERVICE_MIDDLEWARE_CORS_MAX_AGE ->
 # middleware.cors.max_age. The [service] section's own keys have no section part: SERVICE_PORT.
+_SECTION_MODELS: list[tuple[tuple[str, ...], type[BaseModel]]] = [*_sections(Settings), (("jwt",), TokenSettings)]
 _ENV_SECTIONS: list[tuple[str, tuple[str, ...], type[BaseModel]]] = sorted(
-    (
-        ("_".join(path), path, model)
-        for path, model in [*_sections(Settings), (("jwt",), TokenSettings)]
-        if path
-    ),
+    (("_".join(path), path, model) for path, model in _SECTION_MODELS if path),
     key=lambda item: len(item[0]),
     reverse=True,
 )

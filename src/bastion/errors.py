@@ -132,19 +132,34 @@ class PayloadTooLarge(BastionError):
 class UnsupportedMediaType(BastionError):
     """The body's content type is not one the route accepts."""
 
-    status, code, message, grpc_status = 415, "UNSUPPORTED_MEDIA_TYPE", "Unsupported media type", "INVALID_ARGUMENT"
+    status, code, message, grpc_status = (
+        415,
+        "UNSUPPORTED_MEDIA_TYPE",
+        "Unsupported media type",
+        "INVALID_ARGUMENT",
+    )
 
 
 class ValidationFailed(BastionError):
     """The request does not match the route's declared parameters or body model."""
 
-    status, code, message, grpc_status = 422, "VALIDATION_ERROR", "Request validation failed", "INVALID_ARGUMENT"
+    status, code, message, grpc_status = (
+        422,
+        "VALIDATION_ERROR",
+        "Request validation failed",
+        "INVALID_ARGUMENT",
+    )
 
 
 class RateLimitExceeded(BastionError):
     """A rate-limit bucket is spent."""
 
-    status, code, message, grpc_status = 429, "RATE_LIMIT_EXCEEDED", "Rate limit exceeded", "RESOURCE_EXHAUSTED"
+    status, code, message, grpc_status = (
+        429,
+        "RATE_LIMIT_EXCEEDED",
+        "Rate limit exceeded",
+        "RESOURCE_EXHAUSTED",
+    )
 
     def __init__(self, *, retry_after: int, headers: Sequence[tuple[str, str]] = ()) -> None:
         self.retry_after = max(0, int(retry_after))
@@ -228,7 +243,7 @@ def from_http_exception(exc: HTTPException) -> BastionError:
     # An HTTPException with a status we do not model keeps its own status and a derived code.
     phrase = _phrase(exc.status_code)
     code = phrase.upper().replace(" ", "_").replace("-", "_").replace("'", "")
-    unmodeled = type("HTTPError", (BastionError,), {"status": exc.status_code, "code": code})
+    unmodeled: type[BastionError] = type("HTTPError", (BastionError,), {"status": exc.status_code, "code": code})
     return unmodeled(detail or phrase, headers=headers)
 
 

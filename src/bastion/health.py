@@ -40,12 +40,14 @@ class CheckResult:
         return {"healthy": self.healthy, **({"message": self.message} if self.message else {})}
 
 
-async def _run(check: ReadinessCheck, timeout: float) -> CheckResult:
+async def _run(check: ReadinessCheck, deadline: float) -> CheckResult:
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(deadline):
             outcome = await check.check()
     except TimeoutError:
-        return CheckResult(name=check.name, healthy=False, optional=check.optional, message=f"timed out after {timeout:g}s")
+        return CheckResult(
+            name=check.name, healthy=False, optional=check.optional, message=f"timed out after {deadline:g}s"
+        )
     except Exception as exc:
         message = f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE_CHARS]
         return CheckResult(name=check.name, healthy=False, optional=check.optional, message=message)
@@ -77,7 +79,12 @@ class Health:
         ready = all(result.healthy or result.optional for result in results)
         for result in results:
             if not result.healthy:
-                log.warning("dependency_unhealthy", dependency=result.name, optional=result.optional, message=result.message)
+                log.warning(
+                    "dependency_unhealthy",
+                    dependency=result.name,
+                    optional=result.optional,
+                    message=result.message,
+                )
         return ready, results
 
     async def health(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -14,6 +14,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, ClassVar, cast
 
 import structlog
@@ -72,7 +73,10 @@ class SniffingProtocol(asyncio.Protocol):
         if self.buffer[:seen] != H2_PREFACE[:seen]:
             self._hand_over(
                 _Http11Protocol(
-                    config=self.config, server_state=self.server_state, app_state=self.app_state, _loop=self.loop
+                    config=self.config,
+                    server_state=self.server_state,
+                    app_state=self.app_state,
+                    _loop=self.loop,
                 )
             )
         elif seen == len(H2_PREFACE):
@@ -113,6 +117,14 @@ class SniffingProtocol(asyncio.Protocol):
         self._cancel_timer()
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, exiting 0 after a graceful shutdown instead of re-raising SIGTERM/SIGINT."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
+
+
 def import_service(reference: str, *, app_dir: str = ".") -> Service:
     """The :class:`Service` named by ``MODULE:ATTR`` (an attribute, or a zero-argument factory returning one)."""
     module_name, _, attr = reference.partition(":")
@@ -151,7 +163,9 @@ def _worker_app() -> BastionApp:
     return build(os.environ[ENV_APP], settings, app_dir=os.environ.get(ENV_APP_DIR, "."))
 
 
-def uvicorn_config(app: Any, settings: Settings, *, host: str, port: int, workers: int = 1, factory: bool = False) -> Config:
+def uvicorn_config(
+    app: Any, settings: Settings, *, host: str, port: int, workers: int = 1, factory: bool = False
+) -> Config:
     """The uvicorn configuration Bastion serves with: our sniffer, our logging, no proxy-header rewriting."""
     return Config(
         app,
@@ -190,12 +204,14 @@ def serve(
         if config_path:
             os.environ[ENV_CONFIG] = os.path.abspath(config_path)
         build(reference, settings, app_dir=app_dir)  # fail in the parent, before binding, on a bad app
-        config = uvicorn_config("bastion.server:_worker_app", settings, host=host, port=port, workers=workers, factory=True)
+        config = uvicorn_config(
+            "bastion.server:_worker_app", settings, host=host, port=port, workers=workers, factory=True
+        )
         from uvicorn.supervisors import Multiprocess
 
         Multiprocess(config, sockets=[config.bind_socket()]).run()
         return 0
     app = build(reference, settings, app_dir=app_dir)
-    server = uvicorn.Server(uvicorn_config(app, settings, host=host, port=port))
+    server = _Server(uvicorn_config(app, settings, host=host, port=port))
     server.run()
     return 0 if server.started else 1

@@ -52,7 +52,9 @@ def items_service() -> Service:
 
 
 class TestErrorShapes:
-    async def test_unhandled_exception_is_500_without_details(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+    async def test_unhandled_exception_is_500_without_details(
+        self, asgi_client: Callable[..., httpx.AsyncClient]
+    ) -> None:
         with capture_logs() as logs:
             response = await asgi_client(items_service()).get("/api/v1/boom", headers={"x-request-id": "req-42"})
         assert response.status_code == 500
@@ -93,11 +95,19 @@ class TestErrorShapes:
             "/api/v1/items", content=b'{"name": ', headers={"content-type": "application/json"}
         )
         assert response.status_code == 400
-        assert response.json() == {"error": "Request body is not valid JSON", "code": "MALFORMED_BODY", "status": 400}
+        assert response.json() == {
+            "error": "Request body is not valid JSON",
+            "code": "MALFORMED_BODY",
+            "status": 400,
+        }
 
     @pytest.mark.parametrize(
         ("content", "content_type"),
-        [(b"name=x", "application/x-www-form-urlencoded"), (b"<item/>", "application/xml"), (b"\xff\xfe", "text/plain")],
+        [
+            (b"name=x", "application/x-www-form-urlencoded"),
+            (b"<item/>", "application/xml"),
+            (b"\xff\xfe", "text/plain"),
+        ],
     )
     async def test_wrong_content_type_is_a_4xx(
         self, asgi_client: Callable[..., httpx.AsyncClient], content: bytes, content_type: str

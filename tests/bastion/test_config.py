@@ -73,10 +73,14 @@ class TestFile:
     def test_file_values_are_read(self, tmp_path: Path) -> None:
         path = write(tmp_path, '[service]\nname = "docs"\nport = 9001\n[rate_limit]\nper_user_rpm = 42\n')
         settings = load_settings(path, environ={})
-        assert (settings.service.name, settings.service.port, settings.rate_limit.per_user_rpm) == ("docs", 9001, 42)
+        assert (settings.service.name, settings.service.port, settings.rate_limit.per_user_rpm) == (
+            "docs",
+            9001,
+            42,
+        )
 
     def test_jwt_section_is_an_alias_of_token(self, tmp_path: Path) -> None:
-        settings = load_settings(write(tmp_path, "[jwt]\nalgorithm = \"ES256\"\nleeway_seconds = 5\n"), environ={})
+        settings = load_settings(write(tmp_path, '[jwt]\nalgorithm = "ES256"\nleeway_seconds = 5\n'), environ={})
         assert settings.token.algorithm == "ES256"
         assert settings.token.leeway_seconds == 5
 
@@ -95,7 +99,7 @@ class TestFile:
         assert (rule.requests_per_minute, rule.burst_size, rule.per_user) == (10, 2, True)
 
     def test_missing_file_names_the_path(self, tmp_path: Path) -> None:
-        with pytest.raises(ConfigError, match="config file not found: .*nope.toml"):
+        with pytest.raises(ConfigError, match=r"config file not found: .*nope\.toml"):
             load_settings(tmp_path / "nope.toml", environ={})
 
     def test_toml_syntax_error_names_file_and_line(self, tmp_path: Path) -> None:
@@ -118,7 +122,11 @@ class TestFile:
             pytest.param('[token]\nalgorithm = "none"\n', "token.algorithm = 'none'", id="alg-none"),
             pytest.param("[rate_limit]\nper_user_rpm = -1\n", "rate_limit.per_user_rpm = -1", id="negative-rpm"),
             pytest.param('[service]\nbase_path = "api"\n', "service.base_path = 'api'", id="relative-base-path"),
-            pytest.param('[middleware.resilience]\nbulkhead_max_wait = "soon"\n', "bulkhead_max_wait = 'soon'", id="duration"),
+            pytest.param(
+                '[middleware.resilience]\nbulkhead_max_wait = "soon"\n',
+                "bulkhead_max_wait = 'soon'",
+                id="duration",
+            ),
             pytest.param('[broker]\nurl = "http://x"\n', "broker.url = ***", id="broker-scheme"),
         ],
     )
@@ -179,7 +187,10 @@ class TestEnvironment:
 
     @pytest.mark.parametrize("raw", ['["/a", "/b/*"]', "/a, /b/*"], ids=["json", "comma"])
     def test_list_values(self, raw: str) -> None:
-        assert load_settings(environ={"SERVICE_TOKEN_EXCLUDE_PATHS": raw}).token.exclude_paths == ["/a", "/b/*"]
+        assert load_settings(environ={"SERVICE_TOKEN_EXCLUDE_PATHS": raw}).token.exclude_paths == [
+            "/a",
+            "/b/*",
+        ]
 
     def test_bad_env_value_names_the_variable(self) -> None:
         with pytest.raises(ConfigError, match=r"SERVICE_RATE_LIMIT_WINDOW_SECS='soon' \(rate_limit.window_secs\)"):

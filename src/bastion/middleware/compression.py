@@ -8,8 +8,8 @@ from bastion.config import CompressionSettings
 from bastion.types import ASGIApp
 
 
-def CompressionMiddleware(app: ASGIApp, *, settings: CompressionSettings) -> ASGIApp:  # noqa: N802 - reads as a class
+def CompressionMiddleware(app: ASGIApp, *, settings: CompressionSettings) -> ASGIApp:
     """Starlette's pure-ASGI gzip layer from ``[middleware.compression]``; ``app`` itself when disabled."""
     if not settings.enabled:
         return app
-    return GZipMiddleware(app, minimum_size=settings.minimum_size, compresslevel=settings.level)  # type: ignore[arg-type]
+    return GZipMiddleware(app, minimum_size=settings.minimum_size, compresslevel=settings.level)

@@ -8,7 +8,7 @@ from bastion.config import CorsSettings
 from bastion.types import ASGIApp
 
 
-def CorsMiddleware(app: ASGIApp, *, settings: CorsSettings) -> ASGIApp:  # noqa: N802 - reads as a class at the call site
+def CorsMiddleware(app: ASGIApp, *, settings: CorsSettings) -> ASGIApp:
     """Starlette's pure-ASGI CORS layer configured from ``[middleware.cors]``; ``app`` itself when CORS is off.
 
     CORS is off until ``allow_origins`` (or ``allow_origin_regex``) names an origin: a service that
@@ -17,7 +17,7 @@ def CorsMiddleware(app: ASGIApp, *, settings: CorsSettings) -> ASGIApp:  # noqa:
     if not settings.allow_origins and settings.allow_origin_regex is None:
         return app
     return CORSMiddleware(
-        app,  # type: ignore[arg-type]
+        app,
         allow_origins=settings.allow_origins,
         allow_origin_regex=settings.allow_origin_regex,
         allow_methods=settings.allow_methods,

@@ -11,7 +11,16 @@ import structlog
 from opentelemetry.metrics import Counter
 
 from bastion.errors import ConfigError
-from bastion.types import SCOPE_API_VERSION, SCOPE_RESPONSE_HEADERS, ASGIApp, Headers, Message, Receive, Scope, Send
+from bastion.types import (
+    SCOPE_API_VERSION,
+    SCOPE_RESPONSE_HEADERS,
+    ASGIApp,
+    Headers,
+    Message,
+    Receive,
+    Scope,
+    Send,
+)
 
 if TYPE_CHECKING:
     from bastion.routing.versioned import VersionedApi

@@ -6,10 +6,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match, get_route_path, request_response
+from starlette.routing import BaseRoute, Match, request_response
 
 from bastion.errors import MethodNotAllowed
-from bastion.routing.resolve import RouteTable
+from bastion.routing.resolve import RouteTable, route_path
 from bastion.types import SCOPE_ROUTE, ASGIApp, Receive, Scope, Send
 
 FallbackHandler = Callable[[Request], Awaitable[Response]]
@@ -52,7 +52,7 @@ class Dispatcher:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             return
-        path = get_route_path(scope)
+        path = route_path(scope)
         builtin = self.builtins.get(path)
         if builtin is not None:
             if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):

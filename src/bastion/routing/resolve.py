@@ -9,25 +9,30 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.routing import iter_route_contexts
-from starlette.routing import compile_path, get_route_path
+from starlette.routing import compile_path
 
 from bastion.types import SCOPE_ROUTE, ASGIApp, Receive, Scope, Send
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RouteEntry:
-    """A route known before dispatch: its full path template, methods and (for built-ins) its handler."""
+    """A route known before dispatch: its full path, methods and (for built-ins) its handler.
 
-    template: str
+    ``path`` may carry convertors (``/items/{item_id:int}``); ``template`` is the same without them.
+    """
+
+    path: str
     methods: frozenset[str] | None
     version: int | None
     name: str | None = None
     handler: ASGIApp | None = None
+    template: str = field(init=False)
     regex: re.Pattern[str] = field(init=False, repr=False)
     convertors: dict[str, Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        regex, _, convertors = compile_path(self.template)
+        regex, template, convertors = compile_path(self.path)
+        object.__setattr__(self, "template", template)
         object.__setattr__(self, "regex", regex)
         object.__setattr__(self, "convertors", convertors)
 
@@ -55,13 +60,13 @@ class RouteTable:
         """Entries for every route of ``router`` (flattening included routers), with their full templates."""
         entries = list(extra)
         for context in iter_route_contexts(router.routes):
-            template = context.path_format
-            if template is None:
+            path = context.path
+            if path is None:
                 continue
             methods = context.methods
             entries.append(
                 RouteEntry(
-                    template=template,
+                    path=path,
                     methods=frozenset(methods) if methods else None,
                     version=version,
                     name=context.name,
@@ -102,6 +107,13 @@ class RouteTable:
         )
 
 
+def route_path(scope: Scope) -> str:
+    """The request path below the ASGI ``root_path`` (what routes match against)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
 class RouteResolutionMiddleware:
     """Resolve the route once, before auth, rate limit and policy; write scope[SCOPE_ROUTE] (or ``None``)."""
 
@@ -111,5 +123,5 @@ class RouteResolutionMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            scope[SCOPE_ROUTE] = self.table.resolve(scope["method"], get_route_path(scope))
+            scope[SCOPE_ROUTE] = self.table.resolve(scope["method"], route_path(scope))
         await self.app(scope, receive, send)

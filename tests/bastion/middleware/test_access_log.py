@@ -43,7 +43,8 @@ async def test_headers_masked_when_included(asgi_client: Callable[..., httpx.Asy
     settings = load_settings(environ={"SERVICE_MIDDLEWARE_ACCESS_LOG_INCLUDE_HEADERS": "true"})
     with capture_logs() as logs:
         await asgi_client(service(), settings).get(
-            "/api/v1/x?access_token=secret-token", headers={"authorization": "Bearer secret-token", "x-api-key": "k"}
+            "/api/v1/x?access_token=secret-token",
+            headers={"authorization": "Bearer secret-token", "x-api-key": "k"},
         )
     line = next(entry for entry in logs if entry["event"] == "http_request")
     assert line["headers"]["authorization"] == "***"

@@ -36,10 +36,16 @@ async def test_no_cors_headers_by_default(asgi_client: Callable[..., httpx.Async
     assert "access-control-allow-origin" not in response.headers
 
 
-async def test_preflight_is_answered_without_reaching_auth(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+async def test_preflight_is_answered_without_reaching_auth(
+    asgi_client: Callable[..., httpx.AsyncClient],
+) -> None:
     response = await asgi_client(locked_service(), cors_settings()).options(
         "/api/v1/x",
-        headers={"origin": ORIGIN, "access-control-request-method": "GET", "access-control-request-headers": "authorization"},
+        headers={
+            "origin": ORIGIN,
+            "access-control-request-method": "GET",
+            "access-control-request-headers": "authorization",
+        },
     )
     assert response.status_code == 200
     assert response.headers["access-control-allow-origin"] == ORIGIN

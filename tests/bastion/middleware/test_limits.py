@@ -34,10 +34,16 @@ async def test_slow_handler_gets_504(asgi_client: Callable[..., httpx.AsyncClien
     settings = load_settings(environ={"SERVICE_MIDDLEWARE_TIMEOUT_SECS": "0.1"})
     response = await asyncio.wait_for(asgi_client(service(), settings).get("/api/v1/hang"), timeout=10)
     assert response.status_code == 504
-    assert response.json() == {"error": "Request timed out after 0.1s", "code": "GATEWAY_TIMEOUT", "status": 504}
+    assert response.json() == {
+        "error": "Request timed out after 0.1s",
+        "code": "GATEWAY_TIMEOUT",
+        "status": 504,
+    }
 
 
-async def test_declared_oversized_body_is_413_before_reading(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+async def test_declared_oversized_body_is_413_before_reading(
+    asgi_client: Callable[..., httpx.AsyncClient],
+) -> None:
     settings = load_settings(environ={"SERVICE_MIDDLEWARE_MAX_BODY_BYTES": "100"})
     response = await asgi_client(service(), settings).post("/api/v1/echo", content=b"x" * 101)
     assert response.status_code == 413

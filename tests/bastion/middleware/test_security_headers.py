@@ -49,7 +49,9 @@ async def test_handler_value_is_kept(asgi_client: Callable[..., httpx.AsyncClien
 
 
 async def test_csp_when_configured(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    settings = load_settings(environ={"SERVICE_MIDDLEWARE_SECURITY_HEADERS_CONTENT_SECURITY_POLICY": "default-src 'none'"})
+    settings = load_settings(
+        environ={"SERVICE_MIDDLEWARE_SECURITY_HEADERS_CONTENT_SECURITY_POLICY": "default-src 'none'"}
+    )
     response = await asgi_client(service(), settings).get("/api/v1/x")
     assert response.headers["content-security-policy"] == "default-src 'none'"
 

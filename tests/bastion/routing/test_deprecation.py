@@ -70,7 +70,9 @@ class TestHeaders:
 
 
 class TestMiddleware:
-    async def test_deprecated_version_responses_carry_headers(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+    async def test_deprecated_version_responses_carry_headers(
+        self, asgi_client: Callable[..., httpx.AsyncClient]
+    ) -> None:
         response = await asgi_client(documents_service()).get("/api/v1/documents")
         assert response.status_code == 200
         assert response.headers["deprecation"] == 'version="v1"'
@@ -85,7 +87,9 @@ class TestMiddleware:
         response = await asgi_client(documents_service()).get(path)
         assert response.headers["deprecation"] == 'version="v1"'
 
-    async def test_current_version_has_no_deprecation_headers(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+    async def test_current_version_has_no_deprecation_headers(
+        self, asgi_client: Callable[..., httpx.AsyncClient]
+    ) -> None:
         response = await asgi_client(documents_service()).get("/api/v2/documents")
         assert "deprecation" not in response.headers
         assert "warning" not in response.headers

@@ -54,7 +54,9 @@ class TestPrecedence:
     async def test_frontend_fallback_takes_unmatched_paths(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
         assert (await asgi_client(service_with_everything()).get("/elsewhere")).text == "frontend fallback"
 
-    async def test_set_fallback_wins_over_frontend_fallback(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+    async def test_set_fallback_wins_over_frontend_fallback(
+        self, asgi_client: Callable[..., httpx.AsyncClient]
+    ) -> None:
         service = service_with_everything()
         service.set_fallback(text_handler("service fallback"))
         client = asgi_client(service)
@@ -96,7 +98,9 @@ class TestPrecedence:
 
 
 class TestUnmatched:
-    async def test_unmatched_path_without_fallback_is_empty_404(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+    async def test_unmatched_path_without_fallback_is_empty_404(
+        self, asgi_client: Callable[..., httpx.AsyncClient]
+    ) -> None:
         service = Service()
         service.version(1).get("/x")(lambda: {})
         response = await asgi_client(service).get("/nowhere")

@@ -29,7 +29,17 @@ def two_versions() -> Service:
 class TestRegistration:
     def test_service_has_no_unversioned_route_methods(self) -> None:
         service = Service()
-        for name in ("get", "post", "put", "delete", "route", "add_route", "add_api_route", "include_router", "mount"):
+        for name in (
+            "get",
+            "post",
+            "put",
+            "delete",
+            "route",
+            "add_route",
+            "add_api_route",
+            "include_router",
+            "mount",
+        ):
             assert not hasattr(service, name), name
 
     @pytest.mark.parametrize("number", [0, -1, "v1", 1.5, True, None])
@@ -85,7 +95,9 @@ class TestServing:
         service.version(1).get("/ping")(lambda: {"pong": True})
         assert (await asgi_client(service).get("/public/v1/ping")).json() == {"pong": True}
 
-    async def test_empty_base_path_puts_versions_at_the_root(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+    async def test_empty_base_path_puts_versions_at_the_root(
+        self, asgi_client: Callable[..., httpx.AsyncClient]
+    ) -> None:
         service = Service()
         service.version(2).get("/ping")(lambda: {"pong": True})
         client = asgi_client(service, load_settings(environ={"SERVICE_BASE_PATH": "/"}))

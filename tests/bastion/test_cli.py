@@ -1,0 +1,82 @@
+"""The ``bastion`` command: check-config and run's start-up errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bastion.cli import main
+from tests.conftest import BASTION, REPO
+
+EXAMPLE_CONFIG = REPO / "examples" / "documents_api" / "config.toml"
+
+
+def test_check_config_accepts_the_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-config", str(EXAMPLE_CONFIG)]) == 0
+    out, err = capsys.readouterr()
+    assert "configuration OK" in err
+    effective = json.loads(out)
+    assert effective["service"]["name"] == "documents-api"
+    assert effective["service"]["port"] == 8080
+
+
+def test_check_config_masks_secrets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[token]\nalgorithm = "HS256"\nsecret = "do-not-print"\n')
+    assert main(["check-config", str(path)]) == 0
+    out, _ = capsys.readouterr()
+    assert "do-not-print" not in out
+    assert json.loads(out)["token"]["secret"] == "***"
+
+
+def test_check_config_names_the_broken_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text('[rate_limit]\nper_user_rpm = "lots"\n')
+    assert main(["check-config", str(path)]) == 2
+    _, err = capsys.readouterr()
+    assert "rate_limit.per_user_rpm = 'lots'" in err
+
+
+def test_check_config_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-config", str(tmp_path / "absent.toml")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["examples.documents_api"], "must have the form MODULE:ATTR", id="no-attr"),
+        pytest.param(["no_such_module:service"], "cannot import module 'no_such_module'", id="no-module"),
+        pytest.param(["examples.documents_api:nothing"], "has no attribute 'nothing'", id="no-attribute"),
+        pytest.param(["examples.documents_api:store"], "not a bastion.Service", id="not-a-service"),
+        pytest.param(["examples.documents_api:service", "--port", "99999"], "not a TCP port", id="bad-port"),
+        pytest.param(
+            ["examples.documents_api:service", "--config", "/nonexistent.toml"],
+            "config file not found",
+            id="no-config",
+        ),
+    ],
+)
+def test_run_start_up_errors_exit_2_before_listening(args: list[str], message: str) -> None:
+    result = subprocess.run([BASTION, "run", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_run_with_bad_env_value_names_the_variable() -> None:
+    import os
+
+    result = subprocess.run(
+        [BASTION, "run", "examples.documents_api:service"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SERVICE_PORT": "http"},
+    )
+    assert result.returncode == 2
+    assert "SERVICE_PORT='http' (service.port)" in result.stderr
