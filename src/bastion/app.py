@@ -130,10 +130,24 @@ class Service:
         return BastionApp(self, settings or load_settings(environ={}), meter_provider=meter_provider)
 
 
+# Capabilities whose settings exist but whose layers have not landed yet. Asking for one fails start-up
+# rather than serving routes unprotected (fail closed).
+def _refuse_unavailable(settings: Settings) -> None:
+    wanted = {
+        "token.enabled": settings.token.enabled,
+        "policy.enabled": settings.policy.enabled,
+        "grpc.enabled": settings.grpc.enabled,
+    }
+    for key, on in wanted.items():
+        if on:
+            raise ConfigError(f"{key} = true, but this Bastion version does not provide that capability yet")
+
+
 class BastionApp:
     """The built ASGI application: the middleware stack over the dispatcher, plus lifespan hooks."""
 
     def __init__(self, service: Service, settings: Settings, *, meter_provider: MeterProvider | None = None) -> None:
+        _refuse_unavailable(settings)
         service.api.validate()
         self.service = service
         self.settings = settings
