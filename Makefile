@@ -16,10 +16,22 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: install
+	$(BIN)/bastion dev-keys --dir .dev
 	$(BIN)/bastion run examples.documents_api:service --config examples/documents_api/config.toml
 
+# MailRelay with development defaults for what is not set in the environment or in ./.env:
+# targets inbox@example.test, webhook http://127.0.0.1:9000/webhook, health on 8081 (bastion's
+# `make run` has 8080). SMTP listens on 2525. See docs/mailrelay.md.
 relay: install
-	$(BIN)/mailrelay
+	@set_default() { \
+		if [ -z "$$(printenv $$1)" ] && ! grep -Eqs "^[[:space:]]*(export[[:space:]]+)?$$1=" .env; then \
+			export "$$1=$$2"; echo "make relay: $$1=$$2 (development default)"; \
+		fi; \
+	}; \
+	set_default MAIL_RELAY_TARGET_EMAILS inbox@example.test; \
+	set_default MAIL_RELAY_WEBHOOK_URL http://127.0.0.1:9000/webhook; \
+	set_default MAIL_RELAY_HEALTH_PORT 8081; \
+	exec $(BIN)/mailrelay
 
 lint: install
 	$(BIN)/ruff check src tests examples

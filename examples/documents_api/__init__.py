@@ -7,5 +7,6 @@ from examples.documents_api.store import seeded_store
 store = seeded_store()
 service = Service("documents-api", version="1.0.0")
 register(service, store)
+service.mount_revoke_token_route("/admin/revoke-token", admin_role="admin")
 
 __all__ = ["service", "store"]

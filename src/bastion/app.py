@@ -3,7 +3,7 @@
 Outermost first (DESIGN.md section 1; ``docs/pipeline.md`` explains each layer)::
 
     request id -> panic recovery -> security headers -> CORS -> access log -> error rendering
-    -> timeout -> body limit -> compression -> deprecation -> route resolution
+    -> path normalization -> timeout -> body limit -> compression -> deprecation -> route resolution
     -> [token auth] -> [rate limit] -> [policy] -> [resilience] -> dispatch
 
 The bracketed layers are slots (:class:`Slot`): empty until a capability or the operator fills them.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -23,6 +24,10 @@ from opentelemetry.metrics import MeterProvider
 from starlette.datastructures import State
 from starlette.routing import BaseRoute
 
+from bastion.auth.revocation import Revocations
+from bastion.auth.routes import revoke_token_route
+from bastion.auth.setup import TokenAuth
+from bastion.cache_store import CacheStore, cache_store_from_settings
 from bastion.config import Settings, load_settings
 from bastion.errors import ConfigError
 from bastion.health import HEALTH_PATH, READY_PATH, Check, Health, ReadinessCheck
@@ -39,6 +44,7 @@ from bastion.middleware import (
 )
 from bastion.routing.deprecation import DeprecationMiddleware
 from bastion.routing.fallback import Dispatcher, FallbackHandler, handler_app
+from bastion.routing.paths import PathNormalizationMiddleware
 from bastion.routing.resolve import RouteEntry, RouteResolutionMiddleware, RouteTable
 from bastion.routing.versioned import ApiVersion, VersionedApi
 from bastion.telemetry import get_meter, version_counter
@@ -83,6 +89,7 @@ class Service:
         self._slots: dict[Slot, list[Layer]] = {slot: [] for slot in Slot}
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
+        self._revoke_route: tuple[str, str] | None = None
 
     def version(self, number: int, **kwargs: Any) -> ApiVersion:
         """Register API major version ``number`` (see :meth:`VersionedApi.version`)."""
@@ -113,6 +120,13 @@ class Service:
         """Forward unmatched paths to an ASGI app (a proxy or gateway). The last call wins."""
         self._fallback = app
 
+    def mount_revoke_token_route(self, path: str = "/admin/revoke-token", *, admin_role: str = "admin") -> None:
+        """Serve ``POST {path}`` ``{"jti", "reason", "exp"?}`` to revoke tokens; callers need ``admin_role``.
+
+        Unversioned and protected like every other path (see bastion.auth.routes.revoke_token_route).
+        """
+        self._revoke_route = (path, admin_role)
+
     def use(self, slot: Slot, layer: Layer) -> None:
         """Plug ``layer`` (``app -> app``) into ``slot``; several layers in one slot run in the order added."""
         self._slots[slot].append(layer)
@@ -134,7 +148,6 @@ class Service:
 # rather than serving routes unprotected (fail closed).
 def _refuse_unavailable(settings: Settings) -> None:
     wanted = {
-        "token.enabled": settings.token.enabled,
         "policy.enabled": settings.policy.enabled,
         "grpc.enabled": settings.grpc.enabled,
     }
@@ -156,6 +169,11 @@ class BastionApp:
         self.version = settings.service.version or service.service_version or DEFAULT_SERVICE_VERSION
         self.base_path = service.api.base_path if service.api.base_path is not None else settings.service.base_path
         counter = version_counter(get_meter(meter_provider)) if settings.metrics.enabled else None
+        self.cache_store: CacheStore = cache_store_from_settings(settings.cache_store)
+        self.revocations = Revocations(self.cache_store)
+        self.token_auth = (
+            TokenAuth(settings.token, revocations=self.revocations, realm=self.name) if settings.token.enabled else None
+        )
 
         self.router = APIRouter()
         entries: list[RouteEntry] = []
@@ -171,17 +189,24 @@ class BastionApp:
             )
             entries.extend(RouteTable.from_router(version_router(version, prefix), version=number, extra=[openapi]))
         self.routes = RouteTable(entries)
+        checks = list(service._checks)
+        if settings.cache_store.url is not None:
+            checks.append(ReadinessCheck(name="cache_store", check=self.cache_store.ping))
         self.health = Health(
             service=self.name,
             version=self.version,
-            checks=service._checks,
+            checks=checks,
             timeout=settings.service.ready_timeout_secs,
         )
+        operator_routes: list[BaseRoute] = []
+        if service._revoke_route is not None:
+            path, admin_role = service._revoke_route
+            operator_routes.append(revoke_token_route(self.revocations, path=path, admin_role=admin_role))
         dispatcher = Dispatcher(
             builtins={HEALTH_PATH: self.health.health, READY_PATH: self.health.ready},
             table=self.routes,
             versioned=AsyncExitStackMiddleware(self.router),  # FastAPI routes expect its exit stack in scope
-            frontend=service._frontend,
+            frontend=[*operator_routes, *service._frontend],
             fallback=service._fallback or service._frontend_fallback,
         )
         self.stack = self._assemble(dispatcher, counter)
@@ -189,14 +214,18 @@ class BastionApp:
     def _assemble(self, dispatcher: ASGIApp, counter: Any) -> ASGIApp:
         settings, middleware = self.settings, self.settings.middleware
         app: ASGIApp = dispatcher
+        built_in: dict[Slot, list[Layer]] = {slot: [] for slot in Slot}
+        if self.token_auth is not None:
+            built_in[Slot.TOKEN_AUTH].append(self.token_auth.layer)
         for slot in _SLOTS_INNERMOST_FIRST:
-            for layer in reversed(self.service._slots[slot]):
+            for layer in reversed([*built_in[slot], *self.service._slots[slot]]):
                 app = layer(app)
         app = RouteResolutionMiddleware(app, table=self.routes)
         app = DeprecationMiddleware(app, api=self.service.api, base_path=self.base_path, counter=counter)
         app = CompressionMiddleware(app, settings=middleware.compression)
         app = BodyLimitMiddleware(app, max_body_bytes=middleware.max_body_bytes)
         app = TimeoutMiddleware(app, timeout_secs=middleware.timeout_secs)
+        app = PathNormalizationMiddleware(app)
         app = ErrorRenderingMiddleware(app)
         if middleware.access_log.enabled:
             app = AccessLogMiddleware(app, settings=middleware.access_log)
@@ -207,6 +236,10 @@ class BastionApp:
         app = RequestIdMiddleware(app)
         del settings
         return app
+
+    async def revoke(self, jti: str, reason: str, expires_at: float | datetime) -> None:
+        """Revoke the token ``jti`` until ``expires_at`` (its ``exp``): ``jwt:revoked:{jti}`` in the cache store."""
+        await self.revocations.revoke(jti, reason, expires_at)
 
     def _openapi_handler(self, number: int) -> ASGIApp:
         async def openapi(scope: Scope, receive: Receive, send: Send) -> None:
@@ -240,7 +273,7 @@ class BastionApp:
                 log.info("service_started", service=self.name, version=self.version)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                for hook in reversed(self.service._shutdown):
+                for hook in [*reversed(self.service._shutdown), self.cache_store.close]:
                     try:
                         await hook()
                     except Exception as exc:

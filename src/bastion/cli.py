@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from bastion.config import load_settings, masked
 from bastion.errors import ConfigError
@@ -37,6 +38,45 @@ def _check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _dev_keys(args: argparse.Namespace) -> int:
+    from bastion.testing import write_dev_keys
+
+    private, public = write_dev_keys(args.dir)
+    print(f"private key (keep it here, never deploy it): {private}\npublic key (token.public_key_path): {public}")
+    return EXIT_OK
+
+
+def _claim(text: str) -> tuple[str, object]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--claim {text!r} must look like name=value")
+    try:
+        return name, json.loads(raw)
+    except json.JSONDecodeError:
+        return name, raw
+
+
+def _dev_token(args: argparse.Namespace) -> int:
+    from bastion.testing import TokenMinter
+
+    try:
+        pem = Path(args.key).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read --key {args.key!r}: {exc.strerror}") from None
+    try:
+        minter = TokenMinter.from_private_pem(pem, args.algorithm)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"--key {args.key!r} is not an RSA or EC private key ({exc})") from None
+    claims = dict(args.claim or [])
+    for name in ("username", "email", "client_id"):
+        if getattr(args, name):
+            claims[name] = getattr(args, name)
+    if args.perms:
+        claims["perms"] = args.perms
+    print(minter.mint(sub=args.sub, roles=args.roles or [], ttl=args.ttl, **claims))
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bastion", description="Secure, versioned backend services.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -53,6 +93,23 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate FILE and print the effective settings, secrets masked")
     check.add_argument("file", metavar="FILE")
     check.set_defaults(handler=_check_config)
+
+    keys = commands.add_parser("dev-keys", help="development only: create an RS256 key pair (kept if present)")
+    keys.add_argument("--dir", default=".dev", help="where to write jwt-private.pem and jwt-public.pem (.dev)")
+    keys.set_defaults(handler=_dev_keys)
+
+    token = commands.add_parser("dev-token", help="development only: print a signed JWT for trying a service")
+    token.add_argument("--key", required=True, metavar="FILE", help="private key PEM (e.g. .dev/jwt-private.pem)")
+    token.add_argument("--algorithm", choices=["RS256", "RS384", "RS512", "ES256", "ES384"])
+    token.add_argument("--sub", default="alice")
+    token.add_argument("--roles", nargs="*", metavar="ROLE")
+    token.add_argument("--perms", nargs="*", metavar="PERM")
+    token.add_argument("--username")
+    token.add_argument("--email")
+    token.add_argument("--client-id", dest="client_id")
+    token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (3600)")
+    token.add_argument("--claim", action="append", type=_claim, metavar="NAME=VALUE", help="extra claim (JSON value)")
+    token.set_defaults(handler=_dev_token)
     return parser
 
 

@@ -11,15 +11,34 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from bastion.testing import TokenMinter
 from tests.conftest import BastionProcess
 
 EXAMPLE = ("examples.documents_api:service", "--config", "examples/documents_api/config.toml")
 
 
 @pytest.fixture(scope="module")
-def example(module_bastion_process: Callable[..., BastionProcess]) -> BastionProcess:
+def minter() -> TokenMinter:
+    return TokenMinter("RS256")
+
+
+@pytest.fixture(scope="module")
+def key_env(minter: TokenMinter, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The example's config with this module's public key instead of the developer's .dev key."""
+    path = tmp_path_factory.mktemp("keys") / "public.pem"
+    path.write_bytes(minter.public_pem())
+    return {"SERVICE_TOKEN_PUBLIC_KEY_PATH": str(path)}
+
+
+@pytest.fixture(scope="module")
+def example(module_bastion_process: Callable[..., BastionProcess], key_env: dict[str, str]) -> BastionProcess:
     """One example process shared by the read-mostly tests of this module."""
-    return module_bastion_process(*EXAMPLE)
+    return module_bastion_process(*EXAMPLE, env=key_env)
+
+
+@pytest.fixture(scope="module")
+def user(minter: TokenMinter) -> dict[str, str]:
+    return {"authorization": "Bearer " + minter.mint(sub="alice", roles=["user"], ttl=3600)}
 
 
 def test_health_and_ready(example: BastionProcess) -> None:
@@ -31,8 +50,8 @@ def test_health_and_ready(example: BastionProcess) -> None:
     assert ready.json() == {"ready": True, "service": "documents-api", "dependencies": {}}
 
 
-def test_v1_list_is_deprecated_with_headers(example: BastionProcess) -> None:
-    response = httpx.get(example.url + "/api/v1/documents")
+def test_v1_list_is_deprecated_with_headers(example: BastionProcess, user: dict[str, str]) -> None:
+    response = httpx.get(example.url + "/api/v1/documents", headers=user)
     assert response.status_code == 200
     assert isinstance(response.json(), list) and response.json()
     assert set(response.json()[0]) == {"id", "owner_id", "title", "content"}
@@ -50,37 +69,85 @@ def test_v1_list_is_deprecated_with_headers(example: BastionProcess) -> None:
     assert line["request_id"] == response.headers["x-request-id"]
 
 
-def test_v2_list_is_paged_and_not_deprecated(example: BastionProcess) -> None:
-    first = httpx.get(example.url + "/api/v2/documents", params={"limit": 2})
+def test_v2_list_is_paged_and_not_deprecated(example: BastionProcess, user: dict[str, str]) -> None:
+    first = httpx.get(example.url + "/api/v2/documents", params={"limit": 2}, headers=user)
     assert first.status_code == 200
     assert "deprecation" not in first.headers
     page = first.json()
     assert set(page) == {"items", "next_cursor"} and len(page["items"]) == 2
-    rest = httpx.get(example.url + "/api/v2/documents", params={"cursor": page["next_cursor"]}).json()
+    rest = httpx.get(example.url + "/api/v2/documents", params={"cursor": page["next_cursor"]}, headers=user).json()
     assert rest["next_cursor"] is None
     assert {d["id"] for d in page["items"]}.isdisjoint({d["id"] for d in rest["items"]})
 
 
-def test_crud_round_trip_on_v2(example: BastionProcess) -> None:
-    created = httpx.post(example.url + "/api/v2/documents", json={"title": "T", "content": "C", "owner_id": "carol"})
+def test_crud_round_trip_on_v2(example: BastionProcess, user: dict[str, str]) -> None:
+    body = {"title": "T", "content": "C", "owner_id": "carol"}
+    created = httpx.post(example.url + "/api/v2/documents", json=body, headers=user)
     assert created.status_code == 200
     doc = created.json()
+    assert doc["owner_id"] == "alice"
     path = f"{example.url}/api/v2/documents/{doc['owner_id']}/{doc['id']}"
-    assert httpx.get(path).json() == doc
-    updated = httpx.put(path, json={"title": "T2", "content": "C2"}).json()
+    assert httpx.get(path, headers=user).json() == doc
+    updated = httpx.put(path, json={"title": "T2", "content": "C2"}, headers=user).json()
     assert updated["title"] == "T2"
-    assert httpx.delete(path).status_code == 200
-    assert httpx.get(path).status_code == 404
+    assert httpx.delete(path, headers=user).status_code == 200
+    assert httpx.get(path, headers=user).status_code == 404
 
 
-def test_unmatched_path_is_empty_404(example: BastionProcess) -> None:
-    response = httpx.get(example.url + "/definitely/not/here")
+class TestTokenAuth:
+    def test_no_token_is_401(self, example: BastionProcess) -> None:
+        response = httpx.get(example.url + "/api/v2/documents")
+        assert response.status_code == 401
+        assert response.json() == {"error": "Missing bearer token", "code": "UNAUTHORIZED", "status": 401}
+        assert response.headers["www-authenticate"] == 'Bearer realm="documents-api"'
+
+    def test_valid_token_is_200(self, example: BastionProcess, user: dict[str, str]) -> None:
+        assert httpx.get(example.url + "/api/v2/documents", headers=user).status_code == 200
+
+    def test_expired_token_is_401(self, example: BastionProcess, minter: TokenMinter) -> None:
+        token = minter.mint(sub="alice", ttl=-120)
+        response = httpx.get(example.url + "/api/v2/documents", headers={"authorization": f"Bearer {token}"})
+        assert response.status_code == 401
+        assert response.json()["code"] == "TOKEN_EXPIRED"
+        assert 'error="invalid_token"' in response.headers["www-authenticate"]
+
+    def test_token_from_another_key_is_401(self, example: BastionProcess) -> None:
+        token = TokenMinter("RS256").mint(sub="alice")
+        response = httpx.get(example.url + "/api/v2/documents", headers={"authorization": f"Bearer {token}"})
+        assert (response.status_code, response.json()["code"]) == (401, "INVALID_TOKEN")
+
+    def test_revoked_token_is_401(self, example: BastionProcess, minter: TokenMinter) -> None:
+        victim = minter.mint(sub="bob", roles=["user"], jti="e2e-revoked-1", ttl=600)
+        headers = {"authorization": f"Bearer {victim}"}
+        assert httpx.get(example.url + "/api/v2/documents", headers=headers).status_code == 200
+        admin = {"authorization": "Bearer " + minter.mint(sub="admin", roles=["admin"])}
+        revoked = httpx.post(
+            example.url + "/admin/revoke-token", json={"jti": "e2e-revoked-1", "reason": "laptop stolen"}, headers=admin
+        )
+        assert revoked.status_code == 200
+        assert revoked.json() == {"revoked": True, "jti": "e2e-revoked-1"}
+        response = httpx.get(example.url + "/api/v2/documents", headers=headers)
+        assert response.status_code == 401
+        assert response.json() == {"error": "Token has been revoked", "code": "TOKEN_REVOKED", "status": 401}
+
+    def test_revoke_route_needs_the_admin_role(self, example: BastionProcess, user: dict[str, str]) -> None:
+        response = httpx.post(example.url + "/admin/revoke-token", json={"jti": "x", "reason": "r"}, headers=user)
+        assert response.status_code == 403
+        assert response.json()["code"] == "FORBIDDEN"
+
+    def test_health_ready_and_docs_are_public(self, example: BastionProcess) -> None:
+        for path in ("/health", "/ready", "/api/v2/openapi.json"):
+            assert httpx.get(example.url + path).status_code == 200, path
+
+
+def test_unmatched_path_is_empty_404(example: BastionProcess, user: dict[str, str]) -> None:
+    response = httpx.get(example.url + "/definitely/not/here", headers=user)
     assert response.status_code == 404
     assert response.content == b""
 
 
-def test_request_id_echo_and_security_headers(example: BastionProcess) -> None:
-    response = httpx.get(example.url + "/api/v2/documents", headers={"x-request-id": "e2e-abc-1"})
+def test_request_id_echo_and_security_headers(example: BastionProcess, user: dict[str, str]) -> None:
+    response = httpx.get(example.url + "/api/v2/documents", headers={"x-request-id": "e2e-abc-1", **user})
     assert response.headers["x-request-id"] == "e2e-abc-1"
     assert response.headers["x-content-type-options"] == "nosniff"
     assert response.headers["x-frame-options"] == "DENY"
@@ -113,9 +180,11 @@ def test_request_id_echo_and_security_headers(example: BastionProcess) -> None:
     ],
 )
 def test_bad_input_gets_the_error_shape(
-    example: BastionProcess, method: str, path: str, kwargs: dict[str, object], status: int
+    example: BastionProcess, user: dict[str, str], method: str, path: str, kwargs: dict[str, object], status: int
 ) -> None:
-    response = httpx.request(method, example.url + path, **kwargs)  # type: ignore[arg-type]
+    kwargs = dict(kwargs)
+    headers = {**user, **kwargs.pop("headers", {})}  # type: ignore[dict-item]
+    response = httpx.request(method, example.url + path, headers=headers, **kwargs)  # type: ignore[arg-type]
     assert response.status_code == status
     body = response.json()
     assert set(body) == {"error", "code", "status"} and body["status"] == status
@@ -174,15 +243,17 @@ def test_sigterm_drains_in_flight_requests(bastion_process: Callable[..., Bastio
         httpx.get(process.url + "/health")
 
 
-def test_sigint_stops_cleanly(bastion_process: Callable[..., BastionProcess]) -> None:
-    process = bastion_process(*EXAMPLE)
+def test_sigint_stops_cleanly(bastion_process: Callable[..., BastionProcess], key_env: dict[str, str]) -> None:
+    process = bastion_process(*EXAMPLE, env=key_env)
     assert process.stop(signal.SIGINT) == 0
 
 
-def test_multiple_workers_serve_the_same_port(bastion_process: Callable[..., BastionProcess]) -> None:
-    process = bastion_process(*EXAMPLE, "--workers", "2")
+def test_multiple_workers_serve_the_same_port(
+    bastion_process: Callable[..., BastionProcess], key_env: dict[str, str], user: dict[str, str]
+) -> None:
+    process = bastion_process(*EXAMPLE, "--workers", "2", env=key_env)
     for _ in range(10):
-        response = httpx.get(process.url + "/api/v2/documents", headers={"connection": "close"})
+        response = httpx.get(process.url + "/api/v2/documents", headers={"connection": "close", **user})
         assert response.status_code == 200
     assert process.output().count("service_started") == 2
     assert process.stop(signal.SIGTERM) == 0

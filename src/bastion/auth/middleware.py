@@ -1,0 +1,99 @@
+"""Token authentication for HTTP: bearer extraction, verification, revocation, claims into the scope."""
+
+from __future__ import annotations
+
+import re
+
+import structlog
+
+from bastion.auth.cache import VerifiedTokens
+from bastion.auth.paths import PathRules
+from bastion.auth.revocation import Revocations
+from bastion.errors import InvalidToken, TokenError
+from bastion.types import SCOPE_CLAIMS, ASGIApp, Receive, Scope, Send
+
+# RFC 6750 2.1: credentials = "Bearer" 1*SP b64token
+_BEARER = re.compile(rb"(?i:bearer) +([A-Za-z0-9\-._~+/]+=*) *")
+_AUTHORIZATION = b"authorization"
+
+
+def _challenge(realm: str, error: str | None = None, description: str | None = None) -> tuple[str, str]:
+    value = f'Bearer realm="{realm}"'
+    if error:
+        value += f', error="{error}"'
+    if description:
+        value += f', error_description="{description}"'
+    return ("www-authenticate", value)
+
+
+class TokenAuthMiddleware:
+    """Require a valid bearer token on protected paths; put its Claims in scope[SCOPE_CLAIMS].
+
+    Public paths (``/health``, ``/ready``, exclude/include/public rules) and CORS preflights pass untouched.
+    Missing or malformed ``Authorization`` -> 401 ``UNAUTHORIZED``; bad token -> ``INVALID_TOKEN``; expired ->
+    ``TOKEN_EXPIRED``; revoked -> ``TOKEN_REVOKED``; each with ``WWW-Authenticate: Bearer`` (RFC 6750 3).
+    Sits inside the route-resolution layer and outside rate limiting and policy, which read the claims.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        tokens: VerifiedTokens,
+        rules: PathRules,
+        revocations: Revocations | None = None,
+        max_token_bytes: int = 8192,
+        realm: str = "api",
+    ) -> None:
+        self.app = app
+        self.tokens = tokens
+        self.rules = rules
+        self.revocations = revocations
+        self.max_token_bytes = max_token_bytes
+        self.realm = realm.replace('"', "")
+
+    def _bearer(self, headers: list[tuple[bytes, bytes]]) -> str:
+        values = [value for name, value in headers if name == _AUTHORIZATION]
+        if not values:
+            raise TokenError("Missing bearer token", headers=[_challenge(self.realm)])
+        if len(values) > 1:
+            raise TokenError("Exactly one Authorization header is allowed", headers=[self._invalid_request()])
+        if len(values[0]) > self.max_token_bytes + 16:
+            raise InvalidToken("Token too large", headers=[_challenge(self.realm, "invalid_token", "token too large")])
+        match = _BEARER.fullmatch(values[0])
+        if match is None:
+            raise TokenError("Authorization header must be 'Bearer <token>'", headers=[self._invalid_request()])
+        return match.group(1).decode("ascii")
+
+    def _invalid_request(self) -> tuple[str, str]:
+        return _challenge(self.realm, "invalid_request", "malformed Authorization header")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.rules.requires_token(scope["path"]) or _is_preflight(scope):
+            await self.app(scope, receive, send)
+            return
+        token = self._bearer(scope["headers"])
+        try:
+            claims = await self.tokens.claims(token)
+            if self.revocations is not None:
+                await self.revocations.check(claims)
+        except TokenError as exc:
+            description = exc.detail.replace('"', "'")
+            exc.headers.append(_challenge(self.realm, "invalid_token", description))
+            raise
+        scope[SCOPE_CLAIMS] = claims
+        if claims.sub is None:
+            await self.app(scope, receive, send)
+            return
+        bound = structlog.contextvars.bind_contextvars(sub=claims.sub)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            structlog.contextvars.reset_contextvars(**bound)
+
+
+def _is_preflight(scope: Scope) -> bool:
+    if scope["method"] != "OPTIONS":
+        return False
+    names = {name for name, _ in scope["headers"]}
+    return b"origin" in names and b"access-control-request-method" in names

@@ -1,0 +1,146 @@
+"""The cache store behind revocation, decision caching and the distributed limiter: Redis/Valkey or memory.
+
+Both implementations fit :class:`CacheStore`. Every Redis error surfaces as
+:class:`~bastion.errors.CacheStoreError` (a 500), logged once per outage rather than once per request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+
+from bastion.config import CacheStoreSettings
+from bastion.errors import CacheStoreError
+
+log = structlog.get_logger("bastion.cache_store")
+
+
+class CacheStore(Protocol):
+    """A small key-value store with expiry, shared by every instance when it is Redis/Valkey."""
+
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def set(self, key: str, value: bytes, *, ttl_secs: float) -> None: ...
+
+    async def exists(self, key: str) -> bool: ...
+
+    async def ping(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryCacheStore:
+    """In-process store: one instance only, lost on restart. Expired keys are dropped when read or swept."""
+
+    SWEEP_EVERY = 1024
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._data: dict[str, tuple[bytes, float]] = {}
+        self._clock = clock
+        self._writes = 0
+
+    async def get(self, key: str) -> bytes | None:
+        item = self._data.get(key)
+        if item is None:
+            return None
+        if item[1] <= self._clock():
+            del self._data[key]
+            return None
+        return item[0]
+
+    async def set(self, key: str, value: bytes, *, ttl_secs: float) -> None:
+        self._data[key] = (value, self._clock() + ttl_secs)
+        self._writes += 1
+        if self._writes % self.SWEEP_EVERY == 0:
+            now = self._clock()
+            for stale in [k for k, (_, expires) in self._data.items() if expires <= now]:
+                del self._data[stale]
+
+    async def exists(self, key: str) -> bool:
+        return await self.get(key) is not None
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class RedisCacheStore:
+    """Redis or Valkey through ``redis.asyncio``; connects lazily, pools up to ``max_connections``."""
+
+    def __init__(self, url: str, *, max_connections: int = 10, timeout_secs: float = 1.0) -> None:
+        import redis.asyncio as redis
+        from redis.exceptions import RedisError
+
+        self._redis_error: type[Exception] = RedisError
+        self.client = redis.from_url(
+            url,
+            max_connections=max_connections,
+            socket_timeout=timeout_secs,
+            socket_connect_timeout=timeout_secs,
+        )
+        self._down = False
+
+    def _failed(self, exc: Exception) -> CacheStoreError:
+        if not self._down:
+            self._down = True
+            log.error("cache_store_unavailable", error=f"{type(exc).__name__}: {exc}")
+        return CacheStoreError()
+
+    def _ok(self) -> None:
+        if self._down:
+            self._down = False
+            log.info("cache_store_recovered")
+
+    async def get(self, key: str) -> bytes | None:
+        try:
+            value = await self.client.get(key)
+        except (self._redis_error, OSError) as exc:
+            raise self._failed(exc) from exc
+        self._ok()
+        if value is None or isinstance(value, bytes):
+            return value
+        return str(value).encode()
+
+    async def set(self, key: str, value: bytes, *, ttl_secs: float) -> None:
+        try:
+            await self.client.set(key, value, px=max(1, round(ttl_secs * 1000)))
+        except (self._redis_error, OSError) as exc:
+            raise self._failed(exc) from exc
+        self._ok()
+
+    async def exists(self, key: str) -> bool:
+        try:
+            found = await self.client.exists(key)
+        except (self._redis_error, OSError) as exc:
+            raise self._failed(exc) from exc
+        self._ok()
+        return bool(found)
+
+    async def ping(self) -> None:
+        try:
+            await self.client.ping()
+        except (self._redis_error, OSError) as exc:
+            raise self._failed(exc) from exc
+        self._ok()
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def cache_store_from_settings(settings: CacheStoreSettings) -> CacheStore:
+    """Redis/Valkey when ``cache_store.url`` is set, else the in-process memory store."""
+    if settings.url is None:
+        return MemoryCacheStore()
+    return RedisCacheStore(
+        settings.url.get_secret_value(),
+        max_connections=settings.max_connections,
+        timeout_secs=settings.timeout_secs,
+    )
