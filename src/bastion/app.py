@@ -237,6 +237,10 @@ class BastionApp:
         del settings
         return app
 
+    async def aclose(self) -> None:
+        """Release what the app holds open (cache-store connections); run at lifespan shutdown."""
+        await self.cache_store.close()
+
     async def revoke(self, jti: str, reason: str, expires_at: float | datetime) -> None:
         """Revoke the token ``jti`` until ``expires_at`` (its ``exp``): ``jwt:revoked:{jti}`` in the cache store."""
         await self.revocations.revoke(jti, reason, expires_at)
@@ -273,7 +277,7 @@ class BastionApp:
                 log.info("service_started", service=self.name, version=self.version)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                for hook in [*reversed(self.service._shutdown), self.cache_store.close]:
+                for hook in [*reversed(self.service._shutdown), self.aclose]:
                     try:
                         await hook()
                     except Exception as exc:

@@ -30,12 +30,13 @@ def _standard_claims(
     *, sub: str | None, roles: Iterable[str], ttl: int, jti: str | None, claims: Mapping[str, Any]
 ) -> dict[str, Any]:
     now = int(time.time())
-    payload: dict[str, Any] = {"iat": now, "exp": now + ttl, "jti": jti or uuid.uuid4().hex}
+    payload: dict[str, Any] = {"iat": now, "exp": now + ttl, "jti": uuid.uuid4().hex if jti == "" else jti}
     if sub is not None:
         payload["sub"] = sub
-    roles = list(roles)
-    if roles:
-        payload["roles"] = roles
+    # A str is kept as given (not split into characters), so tests can mint wrongly typed roles.
+    listed: object = roles if isinstance(roles, str) else list(roles)
+    if listed:
+        payload["roles"] = listed
     payload.update(claims)
     return {k: v for k, v in payload.items() if v is not None}
 
@@ -45,7 +46,8 @@ class TokenMinter:
 
     ``public_pem()`` / ``secret`` / ``jwks()`` give what the service is configured with;
     ``mint(sub=..., roles=[...], ttl=..., **claims)`` returns a signed token with ``iat``, ``exp`` and ``jti``.
-    A claim passed as ``None`` is left out (``mint(exp=None)`` makes a token without ``exp``).
+    A claim passed as ``None`` is left out (``mint(exp=None)`` makes a token without ``exp``,
+    ``mint(jti=None)`` one without ``jti``); by default ``jti`` is a fresh random id.
     """
 
     def __init__(self, algorithm: str = "RS256", *, key: RSAKey | ECKey | OctKey | None = None, kid: str | None = None):
@@ -96,7 +98,7 @@ class TokenMinter:
         sub: str | None = "alice",
         roles: Iterable[str] = (),
         ttl: int = DEFAULT_TTL_SECS,
-        jti: str | None = None,
+        jti: str | None = "",
         header: Mapping[str, Any] | None = None,
         **claims: Any,
     ) -> str:
@@ -132,7 +134,7 @@ class PasetoMinter:
         sub: str | None = "alice",
         roles: Iterable[str] = (),
         ttl: int = DEFAULT_TTL_SECS,
-        jti: str | None = None,
+        jti: str | None = "",
         **claims: Any,
     ) -> str:
         payload = _standard_claims(sub=sub, roles=roles, ttl=ttl, jti=jti, claims=claims)

@@ -80,3 +80,30 @@ def test_run_with_bad_env_value_names_the_variable() -> None:
     )
     assert result.returncode == 2
     assert "SERVICE_PORT='http' (service.port)" in result.stderr
+
+
+def test_dev_keys_then_dev_token_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    from bastion.auth.jwt import JwtVerifier
+    from bastion.config import TokenSettings
+
+    assert main(["dev-keys", "--dir", str(tmp_path)]) == 0
+    first = (tmp_path / "jwt-private.pem").read_bytes()
+    assert main(["dev-keys", "--dir", str(tmp_path)]) == 0
+    assert (tmp_path / "jwt-private.pem").read_bytes() == first, "dev-keys keeps an existing pair"
+    capsys.readouterr()
+    args = ["dev-token", "--key", str(tmp_path / "jwt-private.pem"), "--sub", "carol", "--roles", "user", "admin"]
+    assert main([*args, "--claim", "tenant=7", "--email", "c@x.io"]) == 0
+    token = capsys.readouterr().out.strip()
+    verifier = JwtVerifier(TokenSettings(algorithm="RS256", public_key_path=str(tmp_path / "jwt-public.pem")))
+    claims = asyncio.run(verifier.decode(token))
+    assert (claims.sub, claims.roles, claims.email, claims.extra["tenant"]) == ("carol", ("user", "admin"), "c@x.io", 7)
+
+
+def test_dev_token_with_a_bad_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "junk.pem"
+    path.write_text("nope")
+    assert main(["dev-token", "--key", str(path)]) == 2
+    assert "not an RSA or EC private key" in capsys.readouterr().err
+    assert main(["dev-token", "--key", str(tmp_path / "absent.pem")]) == 2

@@ -5,12 +5,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 import structlog
 from joserfc import jwt
-from joserfc.errors import JoseError
+from joserfc.errors import JoseError, SecurityWarning
 from joserfc.jwk import ECKey, KeySet, OctKey, RSAKey
 
 from bastion.auth._jwks import JwksUrlSource
@@ -58,7 +59,10 @@ def check_key(key: Key, algorithm: str, origin: str) -> Key:
 
 def _import_pem(pem: bytes, algorithm: str, origin: str) -> Key:
     try:
-        key: Key = (RSAKey if algorithm.startswith("RS") else ECKey).import_key(pem)
+        with warnings.catch_warnings():
+            # joserfc warns about small RSA keys; check_key refuses them outright with a clearer message.
+            warnings.simplefilter("ignore", SecurityWarning)
+            key: Key = (RSAKey if algorithm.startswith("RS") else ECKey).import_key(pem)
     except (ValueError, TypeError, JoseError) as exc:
         raise ConfigError(f"{origin}: not a PEM public key for {algorithm} ({exc})") from None
     return check_key(key, algorithm, origin)

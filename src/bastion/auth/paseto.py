@@ -22,15 +22,16 @@ _TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
 def _local_key_bytes(raw: bytes) -> bytes:
+    """32 key bytes from hex (64 characters), base64, or a binary file of exactly 32 bytes."""
     text = raw.strip()
-    if len(text) == LOCAL_KEY_BYTES:
-        return text
     candidates = []
     with contextlib.suppress(ValueError, UnicodeDecodeError):
         candidates.append(bytes.fromhex(text.decode("ascii")))
     for decode in (base64.b64decode, base64.urlsafe_b64decode):
         with contextlib.suppress(ValueError, binascii.Error):
             candidates.append(decode(text))
+    if not (raw.isascii() and raw.decode("ascii").isprintable()):
+        candidates.append(raw)  # a binary key file; text is never taken as key bytes
     for decoded in candidates:
         if len(decoded) == LOCAL_KEY_BYTES:
             return decoded

@@ -1,0 +1,65 @@
+"""The cache store: memory and a real Valkey behave alike; an outage is a CacheStoreError."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bastion.cache_store import CacheStore, MemoryCacheStore, RedisCacheStore, cache_store_from_settings
+from bastion.config import CacheStoreSettings
+from bastion.errors import CacheStoreError
+
+
+@pytest.fixture(params=["memory", "valkey"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[CacheStore]:
+    if request.param == "memory":
+        yield MemoryCacheStore()
+        return
+    valkey = RedisCacheStore(request.getfixturevalue("valkey_url"))
+    yield valkey
+    await valkey.close()
+
+
+async def test_set_get_exists(store: CacheStore) -> None:
+    await store.set("cs:key", b"value", ttl_secs=30)
+    assert await store.get("cs:key") == b"value"
+    assert await store.exists("cs:key")
+    assert await store.get("cs:absent") is None
+    assert not await store.exists("cs:absent")
+    await store.ping()
+
+
+async def test_memory_expiry_uses_the_clock() -> None:
+    now = {"t": 0.0}
+    store = MemoryCacheStore(clock=lambda: now["t"])
+    await store.set("k", b"v", ttl_secs=5)
+    now["t"] = 4.9
+    assert await store.exists("k")
+    now["t"] = 5.0
+    assert not await store.exists("k")
+    assert len(store) == 0
+
+
+async def test_memory_sweeps_expired_keys_on_writes() -> None:
+    now = {"t": 0.0}
+    store = MemoryCacheStore(clock=lambda: now["t"])
+    for n in range(MemoryCacheStore.SWEEP_EVERY - 1):
+        await store.set(f"old{n}", b"", ttl_secs=1)
+    now["t"] = 2.0
+    await store.set("fresh", b"", ttl_secs=1)
+    assert len(store) == 1
+
+
+async def test_outage_raises_cache_store_error(dead_redis_url: str) -> None:
+    store = RedisCacheStore(dead_redis_url, timeout_secs=0.5)
+    try:
+        for call in (store.ping(), store.get("k"), store.exists("k"), store.set("k", b"v", ttl_secs=1)):
+            with pytest.raises(CacheStoreError):
+                await call
+    finally:
+        await store.close()
+
+
+def test_memory_store_without_a_url() -> None:
+    assert isinstance(cache_store_from_settings(CacheStoreSettings()), MemoryCacheStore)
