@@ -281,6 +281,8 @@ def render(error: BastionError, extra_headers: Sequence[tuple[bytes, bytes]] = (
         *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers),
         *extra_headers,
     ]
+    if error.status == 401 and not any(name == b"www-authenticate" for name, _ in headers):
+        headers.append((b"www-authenticate", b"Bearer"))  # RFC 7235 3.1: every 401 carries a challenge
     return error.status, headers, body
 
 

@@ -192,6 +192,7 @@ class TestPaths:
         client = asgi_client(service(), settings(SERVICE_TOKEN_EXCLUDE_PATHS="/api/v1/me"))
         response = await client.get("/api/v1/me")
         assert (response.status_code, response.json()["code"]) == (401, "UNAUTHORIZED")
+        assert response.headers["www-authenticate"] == "Bearer"
 
     @pytest.mark.parametrize(
         "path",
