@@ -1,0 +1,139 @@
+"""`mailrelay`: read MAIL_RELAY_* settings, start the SMTP and health listeners, stop gracefully on
+SIGTERM/SIGINT. Exit codes: 0 after a clean shutdown, 2 for a configuration error, 1 when a
+listener cannot be opened."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+import sys
+from collections.abc import Sequence
+
+import httpx
+import structlog
+
+from mailrelay import __version__
+from mailrelay.breaker import CircuitBreaker
+from mailrelay.config import Settings, parse_settings, read_environment, unknown_variables
+from mailrelay.delivery import WebhookClient
+from mailrelay.errors import ConfigError
+from mailrelay.health import HealthServer
+from mailrelay.relay import Relay
+from mailrelay.smtp.server import SmtpServer
+from mailrelay.smtp.session import SmtpOptions
+from mailrelay.tls import server_context
+
+EXIT_CONFIG = 2
+EXIT_LISTEN = 1
+USER_AGENT = f"MailRelay/{__version__}"
+
+log = structlog.get_logger("mailrelay")
+
+
+def configure_logging(level: int) -> None:
+    """Key-value structlog lines on stderr; aiosmtpd's own chatter only from WARNING up."""
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    logging.basicConfig(level=max(level, logging.WARNING), stream=sys.stderr)
+    logging.getLogger("mail.log").setLevel(max(level, logging.WARNING))
+    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; `argv` is accepted for symmetry and only `--version` is known."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["--version"], ["-V"]):
+        print(USER_AGENT)
+        return 0
+    if args:
+        print("usage: mailrelay [--version]   (configured by MAIL_RELAY_* variables)", file=sys.stderr)
+        return EXIT_CONFIG
+    environment = read_environment()
+    try:
+        settings = parse_settings(environment)
+        tls_context, generated = server_context(settings.tls_cert, settings.tls_key)
+    except ConfigError as exc:
+        print(f"mailrelay: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    configure_logging(settings.log_level_number)
+    for name in unknown_variables(environment):
+        log.warning("unknown_setting_ignored", variable=name)
+    if generated:
+        log.warning(
+            "self_signed_certificate_generated",
+            hint="set MAIL_RELAY_TLS_CERT and MAIL_RELAY_TLS_KEY to serve a trusted certificate",
+        )
+    try:
+        asyncio.run(serve(settings, tls_context))
+    except OSError as exc:
+        log.error("listen_failed", error=str(exc))
+        return EXIT_LISTEN
+    return 0
+
+
+async def serve(settings: Settings, tls_context: ssl.SSLContext | None) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully (see SmtpServer.shutdown)."""
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    async with httpx.AsyncClient(timeout=settings.webhook_timeout, limits=limits, follow_redirects=False) as client:
+        relay = Relay(
+            webhook=WebhookClient(
+                client=client,
+                url=settings.webhook_url,
+                user_agent=USER_AGENT,
+                secret=settings.webhook_signing_secret,
+                timeout=settings.webhook_timeout,
+                max_retries=settings.webhook_max_retries,
+                backoff_base=settings.webhook_backoff_base,
+            ),
+            breaker=CircuitBreaker(
+                threshold=settings.circuit_breaker_threshold, reset_after=settings.circuit_breaker_reset
+            ),
+            max_attachment_size=settings.max_attachment_size,
+            header_prefixes=settings.header_prefixes,
+        )
+        smtp = SmtpServer(
+            options=SmtpOptions(
+                targets=settings.target_emails,
+                max_message_size=settings.max_message_size,
+                idle_timeout=settings.idle_timeout,
+                max_concurrent_per_ip=settings.max_concurrent_per_ip,
+                max_unknown_recipients=settings.max_unknown_rcpts_per_session,
+            ),
+            handler=relay,
+            tls_context=tls_context,
+        )
+        health = HealthServer()
+        await health.start(settings.health_bind_address, settings.health_port)
+        try:
+            await smtp.start(settings.bind_address, settings.port)
+        except OSError:
+            await health.stop()
+            raise
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        log.info(
+            "mailrelay_started",
+            version=__version__,
+            smtp=f"{settings.bind_address}:{smtp.port}",
+            health=f"{settings.health_bind_address}:{health.port}",
+            targets=len(settings.target_emails),
+            signing=settings.webhook_signing_secret is not None,
+        )
+        await stop.wait()
+        log.info("mailrelay_stopping", grace=settings.shutdown_grace)
+        await smtp.shutdown(settings.shutdown_grace)
+        await health.stop()
+        log.info("mailrelay_stopped")

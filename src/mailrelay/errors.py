@@ -1,0 +1,42 @@
+"""The relay's error tree.
+
+RelayError
+ ├ ConfigError          a MAIL_RELAY_* setting is missing or invalid (start-up only)
+ ├ MessageParseError    an accepted message cannot be turned into a payload
+ │  └ AttachmentTooLarge    one attachment exceeds MAX_ATTACHMENT_SIZE
+ └ DeliveryError        the webhook could not be reached or refused the message
+"""
+
+from __future__ import annotations
+
+
+class RelayError(Exception):
+    """Base class of every error the relay raises on purpose."""
+
+
+class ConfigError(RelayError, ValueError):
+    """A setting is missing or invalid; raised only while settings load."""
+
+    def __init__(self, variable: str, value: str | None, expected: str) -> None:
+        shown = "<unset>" if value is None else repr(value)
+        super().__init__(f"{variable}: expected {expected}, got {shown}")
+        self.variable = variable
+        self.expected = expected
+
+
+class MessageParseError(RelayError):
+    """The message bytes cannot be shaped into a webhook payload."""
+
+
+class AttachmentTooLarge(MessageParseError):
+    """An attachment's decoded size is above the configured cap."""
+
+    def __init__(self, *, filename: str | None, size: int, limit: int) -> None:
+        super().__init__(f"attachment {filename or '<unnamed>'!r} is {size} bytes, limit {limit}")
+        self.filename = filename
+        self.size = size
+        self.limit = limit
+
+
+class DeliveryError(RelayError):
+    """The webhook could not be reached or refused the message."""

@@ -1,0 +1,264 @@
+"""MIME parsing: raw message bytes -> subject, sender name, text/HTML bodies, headers, attachment parts.
+
+Pure and forgiving: malformed MIME, unknown charsets and broken encodings degrade to replacement
+characters or raw text, never to an exception. The compat32 policy is used on purpose: it keeps
+header values raw, and every decoding step below has its own fallback.
+"""
+
+from __future__ import annotations
+
+import codecs
+import email.header
+import email.utils
+import re
+from dataclasses import dataclass
+from email import policy
+from email.message import Message
+from email.parser import BytesParser
+
+_FOLDING = re.compile(r"\r?\n[ \t]*")
+_ATTACHMENT = "attachment"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MimePart:
+    """A leaf MIME part that is not one of the chosen bodies: a candidate attachment."""
+
+    content_type: str
+    data: bytes
+    filename: str | None = None
+    content_id: str | None = None
+    disposition: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParsedMessage:
+    """What the payload needs from a message, decoded to clean (JSON-safe) text."""
+
+    subject: str
+    sender_name: str | None
+    from_address: str | None
+    text_body: str | None
+    html_body: str | None
+    headers: tuple[tuple[str, str], ...]
+    parts: tuple[MimePart, ...]
+
+
+def parse_message(raw: bytes) -> ParsedMessage:
+    """Parse RFC 5322 / MIME bytes. Never raises on malformed input."""
+    message = BytesParser(policy=policy.compat32).parsebytes(raw)
+    headers = tuple((scrub(name), decode_header_value(value)) for name, value in _raw_items(message))
+    sender_name, from_address = _from_header(message)
+    walker = _Walker()
+    walker.walk(message)
+    return ParsedMessage(
+        subject=decode_header_value(_raw_header(message, "Subject") or "").strip(),
+        sender_name=sender_name,
+        from_address=from_address,
+        text_body=walker.text,
+        html_body=walker.html,
+        headers=headers,
+        parts=tuple(walker.parts),
+    )
+
+
+def scrub(text: str) -> str:
+    """Make text safe for UTF-8 JSON: bytes smuggled as surrogates are decoded, the rest replaced."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        except UnicodeEncodeError:
+            return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def decode_bytes(data: bytes, charset: str | None) -> str:
+    """Declared charset first, then UTF-8, then the declared charset (or UTF-8) with replacement."""
+    name = _codec(charset)
+    for candidate in (name, "utf-8"):
+        if candidate is None:
+            continue
+        try:
+            return data.decode(candidate)
+        except (UnicodeDecodeError, LookupError):
+            continue
+    try:
+        return data.decode(name or "utf-8", "replace")
+    except LookupError:
+        return data.decode("utf-8", "replace")
+
+
+def decode_header_value(raw: str) -> str:
+    """Unfold and decode RFC 2047 encoded words; undecodable pieces are kept raw or replaced."""
+    raw = _FOLDING.sub(" ", str(raw))
+    try:
+        chunks = email.header.decode_header(raw)
+    except Exception:  # a broken encoded word: show the header as it came
+        return scrub(raw)
+    out: list[str] = []
+    for chunk, charset in chunks:
+        if isinstance(chunk, str):
+            out.append(chunk)
+        elif charset is None:
+            out.append(chunk.decode("raw-unicode-escape", "replace"))
+        else:
+            out.append(decode_bytes(chunk, charset))
+    decoded = "".join(out)
+    return scrub(decoded if decoded.strip() or not raw.strip() else raw)
+
+
+def _codec(charset: str | None) -> str | None:
+    if not charset:
+        return None
+    try:
+        info = codecs.lookup(charset.strip().strip('"').lower())
+    except (LookupError, ValueError):
+        return None
+    # bytes-to-bytes codecs (base64_codec, zlib_codec, ...) are not text encodings
+    return info.name if getattr(info, "_is_text_encoding", True) else None
+
+
+def _raw_items(message: Message) -> list[tuple[str, str]]:
+    return [(str(name), str(value)) for name, value in message.raw_items()]
+
+
+def _raw_header(message: Message, name: str) -> str | None:
+    """The first header `name` exactly as received (8-bit bytes still smuggled as surrogates);
+    compat32's get() would turn those into an unknown-8bit Header and lose them."""
+    wanted = name.lower()
+    for key, value in message.raw_items():
+        if str(key).lower() == wanted:
+            return str(value)
+    return None
+
+
+def _from_header(message: Message) -> tuple[str | None, str | None]:
+    raw = _raw_header(message, "From")
+    if raw is None:
+        return None, None
+    try:
+        addresses = email.utils.getaddresses([_FOLDING.sub(" ", raw)])
+    except Exception:  # the stdlib address parser has raised on hostile input before
+        return None, None
+    if not addresses:
+        return None, None
+    name, address = addresses[0]
+    display = decode_header_value(name).strip() if name else ""
+    return (display or None), (scrub(address) or None)
+
+
+def _header_param_safe(part: Message, getter: str) -> str | None:
+    try:
+        value = getattr(part, getter)()
+    except Exception:
+        return None
+    if value is None:
+        return None
+    return str(value)
+
+
+class _Walker:
+    """Depth-first over the MIME tree, choosing the first inline text/plain and text/html bodies."""
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+        self.html: str | None = None
+        self.parts: list[MimePart] = []
+
+    def walk(self, part: Message) -> None:
+        content_type = _content_type(part)
+        disposition = _header_param_safe(part, "get_content_disposition")
+        filename = _filename(part)
+        if content_type == "message/rfc822":
+            # a forwarded message or a digest entry is one attachment, not more body text
+            self.parts.append(self._attachment(part, content_type, filename, disposition))
+            return
+        if part.is_multipart():
+            payload = part.get_payload()
+            if isinstance(payload, list):
+                for child in payload:
+                    if isinstance(child, Message):
+                        self.walk(child)
+            return
+        is_body_candidate = disposition != _ATTACHMENT and filename is None
+        if is_body_candidate and content_type == "text/html":
+            if self.html is None:
+                self.html = self._text(part)
+            return
+        if is_body_candidate and (content_type == "text/plain" or content_type.startswith("multipart/")):
+            # a multipart/* leaf is MIME whose boundary is missing: show its text rather than drop it
+            if self.text is None:
+                self.text = self._text(part)
+            return
+        if is_body_candidate and content_type.startswith("text/") and disposition is None:
+            return  # extra inline text fragments (e.g. text/enriched alternatives) are not attachments
+        self.parts.append(self._attachment(part, content_type, filename, disposition))
+
+    @staticmethod
+    def _text(part: Message) -> str:
+        data = _payload_bytes(part)
+        text = scrub(decode_bytes(data, _header_param_safe(part, "get_content_charset")))
+        # CRLF is SMTP's line ending, not the author's: JSON consumers get plain newlines
+        return text.replace("\r\n", "\n")
+
+    @staticmethod
+    def _attachment(part: Message, content_type: str, filename: str | None, disposition: str | None) -> MimePart:
+        embedded = content_type == "message/rfc822"
+        data = _embedded_message_bytes(part) if embedded else _payload_bytes(part)
+        content_id = _raw_header(part, "Content-ID")
+        cleaned_id = scrub(content_id.strip().strip("<>").strip()) if content_id else None
+        return MimePart(
+            content_type=content_type,
+            data=data,
+            filename=filename,
+            content_id=cleaned_id or None,
+            disposition=disposition,
+        )
+
+
+def _content_type(part: Message) -> str:
+    try:
+        return scrub(part.get_content_type().lower())
+    except Exception:
+        return "application/octet-stream"
+
+
+def _filename(part: Message) -> str | None:
+    try:
+        raw = part.get_filename() or part.get_param("name", header="content-type")
+    except Exception:
+        return None
+    if raw is None:
+        return None
+    if isinstance(raw, tuple):  # an RFC 2231 value the stdlib could not collapse
+        raw = email.utils.collapse_rfc2231_value(raw)
+    name = decode_header_value(str(raw)).strip()
+    return name or None
+
+
+def _payload_bytes(part: Message) -> bytes:
+    try:
+        data = part.get_payload(decode=True)
+    except Exception:
+        data = None
+    if isinstance(data, bytes):
+        return data
+    raw = part.get_payload()
+    if isinstance(raw, str):
+        return raw.encode("utf-8", "surrogateescape")
+    return b""
+
+
+def _embedded_message_bytes(part: Message) -> bytes:
+    payload = part.get_payload()
+    if isinstance(payload, list) and payload and isinstance(payload[0], Message):
+        try:
+            return payload[0].as_bytes()
+        except Exception:
+            try:
+                return payload[0].as_string().encode("utf-8", "surrogateescape")
+            except Exception:
+                return b""
+    return _payload_bytes(part)

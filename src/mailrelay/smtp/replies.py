@@ -1,0 +1,84 @@
+"""Every SMTP reply the relay sends, as named constants shared by the server and the tests.
+
+Texts marked "spec" are fixed by spec/mail-relay.md; the others follow RFC 5321 (and RFC 3463 for
+the enhanced status codes) where the spec is silent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SERVER_NAME = "MailRelay"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply:
+    """One single-line SMTP reply: a three-digit code and its text."""
+
+    code: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.text}"
+
+    def line(self) -> bytes:
+        """The reply as it goes on the wire, CRLF included."""
+        return f"{self.code} {self.text}\r\n".encode()
+
+
+# spec: the state table
+GREETING = Reply(code=220, text=f"{SERVER_NAME} SMTP Server Ready")
+HELO_OK = Reply(code=250, text=SERVER_NAME)
+STARTTLS_GO_AHEAD = Reply(code=220, text="Go ahead")
+BAD_SEQUENCE = Reply(code=503, text="Bad sequence of commands")
+STARTTLS_ALREADY_ACTIVE = Reply(code=503, text="STARTTLS already active")
+MAIL_FROM_SYNTAX = Reply(code=501, text="Syntax error in MAIL FROM parameters")
+OK = Reply(code=250, text="OK")
+NO_SUCH_USER = Reply(code=550, text="No such user here")
+START_MAIL_INPUT = Reply(code=354, text="Start mail input; end with <CRLF>.<CRLF>")
+MESSAGE_ACCEPTED = Reply(code=250, text="OK: Message accepted for delivery")
+BYE = Reply(code=221, text="Bye")
+
+# RFC 5321 where the spec is silent
+RCPT_TO_SYNTAX = Reply(code=501, text="Syntax error in RCPT TO parameters")
+SYNTAX_ERROR = Reply(code=501, text="5.5.4 Syntax error in parameters or arguments")
+UNRECOGNIZED_COMMAND = Reply(code=500, text="5.5.2 Syntax error, command unrecognized")
+COMMAND_TOO_LONG = Reply(code=500, text="5.5.2 Command line too long")
+DATA_LINE_TOO_LONG = Reply(code=500, text="5.5.2 Line too long (RFC 5321 4.5.3.1.6)")
+PARAMETERS_NOT_IMPLEMENTED = Reply(code=555, text="5.5.4 Parameters not recognized or not implemented")
+NOT_IMPLEMENTED = Reply(code=502, text="5.5.1 Command not implemented")
+CANNOT_VRFY = Reply(code=252, text="2.1.5 Cannot VRFY user, but will accept message and attempt delivery")
+HELP = Reply(code=214, text="2.0.0 Commands: EHLO HELO STARTTLS MAIL RCPT DATA RSET NOOP QUIT VRFY HELP")
+TLS_NOT_AVAILABLE = Reply(code=454, text="4.7.0 TLS not available")
+SIZE_DECLARED_TOO_LARGE = Reply(code=552, text="5.3.4 Declared message size exceeds fixed limit")
+MESSAGE_TOO_LARGE = Reply(code=552, text="5.3.4 Message size exceeds fixed limit")
+ATTACHMENT_TOO_LARGE = Reply(code=552, text="5.3.4 Attachment size exceeds fixed limit")
+MESSAGE_UNPARSABLE = Reply(code=554, text="5.6.0 Message could not be parsed")
+LOCAL_ERROR = Reply(code=451, text="4.3.0 Local error in processing")
+
+# connection hygiene and shutdown: 421 always closes the connection (RFC 5321 3.8)
+TOO_MANY_CONNECTIONS = Reply(code=421, text="4.7.0 Too many connections from your address, try again later")
+TOO_MANY_UNKNOWN_RCPTS = Reply(code=421, text="4.7.0 Too many unknown recipients, closing connection")
+TOO_MANY_BAD_COMMANDS = Reply(code=421, text="4.7.0 Too many unrecognized commands, closing connection")
+IDLE_TIMEOUT = Reply(code=421, text="4.4.2 Idle timeout, closing connection")
+SHUTTING_DOWN = Reply(code=421, text="4.3.2 Service shutting down, closing connection")
+TLS_HANDSHAKE_FAILED = Reply(code=421, text="4.7.0 TLS handshake failed, closing connection")
+
+
+def temporary_failure(reason: str) -> Reply:
+    """451 4.3.0: the webhook did not take the message; the sending server keeps it and retries."""
+    return Reply(code=451, text=f"4.3.0 {reason}")
+
+
+def permanent_failure(reason: str) -> Reply:
+    """554 5.6.0: the webhook refused the message for good."""
+    return Reply(code=554, text=f"5.6.0 {reason}")
+
+
+def ehlo_lines(*, domain: str, size_limit: int, offer_starttls: bool) -> list[str]:
+    """The multi-line EHLO reply: greeting first, extensions, STARTTLS last while it is offered."""
+    keywords = [f"SIZE {size_limit}", "8BITMIME", "PIPELINING", "SMTPUTF8"]
+    if offer_starttls:
+        keywords.append("STARTTLS")
+    lines = [f"{SERVER_NAME} greets {domain}", *keywords]
+    return [f"250-{text}" for text in lines[:-1]] + [f"250 {lines[-1]}"]

@@ -1,0 +1,172 @@
+"""Fakes and helpers for tests of the relay, and for users testing their webhook receivers.
+
+`FakeClock` moves time by hand; `WebhookReceiver` is a real HTTP server on 127.0.0.1 that records
+requests and answers from a script; `free_port()` finds an unused TCP port.
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told: `clock()` reads it, `advance(s)` moves it."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (bind to port 0, read it, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    received_at: float
+
+    def header(self, name: str) -> str | None:
+        """Case-insensitive header lookup."""
+        lowered = name.lower()
+        for key, value in self.headers.items():
+            if key.lower() == lowered:
+                return value
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScriptedResponse:
+    """One scripted answer: a status, extra headers, and an optional delay before answering."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    body: bytes = b""
+
+
+class WebhookReceiver:
+    """A real HTTP server in a background thread that records every request.
+
+    `script(...)` queues answers (ints or ScriptedResponse) consumed one per request; when the
+    queue is empty it answers `default`. Use as a context manager or call start()/stop().
+    """
+
+    def __init__(self, host: str = "127.0.0.1", *, default: int = 200) -> None:
+        self.host = host
+        self.default = ScriptedResponse(status=default)
+        self.requests: list[RecordedRequest] = []
+        self._script: list[ScriptedResponse] = []
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/webhook"
+
+    def script(self, *responses: int | ScriptedResponse) -> None:
+        with self._lock:
+            self._script.extend(r if isinstance(r, ScriptedResponse) else ScriptedResponse(status=r) for r in responses)
+
+    def reset(self, *, default: int = 200) -> None:
+        with self._lock:
+            self.requests.clear()
+            self._script.clear()
+            self.default = ScriptedResponse(status=default)
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list[RecordedRequest]:
+        """Block until at least `count` requests arrived (or the timeout passed); return them."""
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while len(self.requests) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._arrived.wait(remaining)
+            return list(self.requests)
+
+    def _next(self, request: RecordedRequest) -> ScriptedResponse:
+        with self._arrived:
+            self.requests.append(request)
+            self._arrived.notify_all()
+            return self._script.pop(0) if self._script else self.default
+
+    def start(self) -> WebhookReceiver:
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                answer = receiver._next(
+                    RecordedRequest(
+                        method=self.command,
+                        path=self.path,
+                        headers=dict(self.headers.items()),
+                        body=body,
+                        received_at=time.time(),
+                    )
+                )
+                if answer.delay:
+                    time.sleep(answer.delay)
+                try:
+                    self.send_response(answer.status)
+                    for name, value in answer.headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(answer.body)))
+                    self.end_headers()
+                    self.wfile.write(answer.body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, format: str, *args: object) -> None:  # silence per-request stderr lines
+                return
+
+        self._server = http.server.ThreadingHTTPServer((self.host, 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook-receiver", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> WebhookReceiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def bodies(self) -> Iterable[bytes]:
+        return [r.body for r in self.requests]

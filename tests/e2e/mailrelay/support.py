@@ -1,0 +1,119 @@
+"""Helpers for MailRelay end-to-end tests: the relay process handle, a raw SMTP client, constants."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import smtplib
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MAILRELAY = Path(sys.executable).with_name("mailrelay")
+STARTUP_TIMEOUT_SECS = 15.0
+STOP_TIMEOUT_SECS = 10.0
+SMTP_TIMEOUT_SECS = 15.0
+SECRET = "e2e-signing-secret"
+TARGET = "inbox@example.test"
+SECOND_TARGET = "support@example.test"
+MAX_MESSAGE_SIZE = 200_000
+MAX_ATTACHMENT_SIZE = 20_000
+
+
+@dataclass
+class RelayProcess:
+    proc: subprocess.Popen[bytes]
+    smtp_port: int
+    health_port: int
+    log_path: Path
+
+    def smtp(self) -> smtplib.SMTP:
+        return smtplib.SMTP("127.0.0.1", self.smtp_port, local_hostname="tester.example", timeout=SMTP_TIMEOUT_SECS)
+
+    def raw(self) -> RawSmtp:
+        return RawSmtp(socket.create_connection(("127.0.0.1", self.smtp_port), timeout=SMTP_TIMEOUT_SECS))
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_SECS)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT_SECS)
+        return self.proc.returncode
+
+
+class RawSmtp:
+    """A line-oriented SMTP client over a plain socket, for exact bytes and misbehaving clients."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.file = sock.makefile("rb")
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def line(self) -> bytes:
+        return self.file.readline().rstrip(b"\r\n")
+
+    def reply(self) -> list[bytes]:
+        """All lines of one (possibly multi-line) reply."""
+        lines = [self.line()]
+        while len(lines[-1]) > 3 and lines[-1][3:4] == b"-":
+            lines.append(self.line())
+        return lines
+
+    def command(self, text: str) -> list[bytes]:
+        self.send(text.encode() + b"\r\n")
+        return self.reply()
+
+    def closed_by_server(self) -> bool:
+        """True once the server has closed its side (reads return EOF)."""
+        return self.file.read(1) == b""
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.file.close()
+            self.sock.close()
+
+    def __enter__(self) -> RawSmtp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def wait_until_listening(relay: RelayProcess) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_SECS
+    while time.monotonic() < deadline:
+        if relay.proc.poll() is not None:
+            raise RuntimeError(f"mailrelay exited with {relay.proc.returncode}:\n{relay.logs()}")
+        try:
+            with socket.create_connection(("127.0.0.1", relay.smtp_port), timeout=1) as sock:
+                sock.settimeout(5)
+                if sock.makefile("rb").readline().startswith(b"220"):
+                    sock.sendall(b"QUIT\r\n")
+                    return
+        except OSError:
+            time.sleep(0.05)
+    relay.stop()
+    raise RuntimeError(f"mailrelay did not listen within {STARTUP_TIMEOUT_SECS}s:\n{relay.logs()}")
+
+
+def relay_command() -> list[str]:
+    return [str(MAILRELAY)]
+
+
+def relay_env(**overrides: str) -> dict[str, str]:
+    """The process environment without any inherited MAIL_RELAY_* variable, plus `overrides`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAIL_RELAY_")}
+    env.update({f"MAIL_RELAY_{k}": v for k, v in overrides.items()})
+    return env

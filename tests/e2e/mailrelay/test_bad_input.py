@@ -1,0 +1,104 @@
+"""Misbehaving clients against the real process: oversize data, long lines, garbage, hang-ups."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+
+from mailrelay.smtp import replies as r
+from mailrelay.testing import WebhookReceiver
+from tests.e2e.mailrelay.support import MAX_MESSAGE_SIZE, TARGET, RawSmtp, RelayProcess
+
+
+def start_data(relay: RelayProcess) -> RawSmtp:
+    client = relay.raw()
+    client.reply()
+    client.command("EHLO tester")
+    client.command("MAIL FROM:<alice@example.org>")
+    client.command(f"RCPT TO:<{TARGET}>")
+    assert client.command("DATA")[0].startswith(b"354")
+    return client
+
+
+def test_oversized_message_is_552_and_not_delivered(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    line = b"x" * 998 + b"\r\n"
+    with start_data(relay) as client:
+        client.send(b"Subject: huge\r\n\r\n" + line * (MAX_MESSAGE_SIZE // len(line) + 10) + b".\r\n")
+        assert client.reply() == [b"552 5.3.4 Message size exceeds fixed limit"]
+        assert client.command("NOOP") == [b"250 OK"]  # the session goes on
+    assert webhook.requests == []
+
+
+def test_over_long_data_line_is_rejected(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    with start_data(relay) as client:
+        client.send(b"Subject: long\r\n\r\n" + b"y" * 5000 + b"\r\n.\r\n")
+        assert client.reply() == [str(r.DATA_LINE_TOO_LONG).encode()]
+        assert client.command("NOOP") == [b"250 OK"]
+    assert webhook.requests == []
+
+
+def test_over_long_line_ending_in_dot_does_not_end_data(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    with start_data(relay) as client:
+        client.send(b"z" * 3000 + b".\r\n")  # the tail of this line is ".\r\n" but it is not a terminator
+        client.send(b"more\r\n.\r\n")
+        assert client.reply() == [str(r.DATA_LINE_TOO_LONG).encode()]
+    assert webhook.requests == []
+
+
+def test_over_long_command_line_is_500(relay: RelayProcess) -> None:
+    with relay.raw() as client:
+        client.reply()
+        assert client.command("NOOP " + "a" * 2000) == [str(r.COMMAND_TOO_LONG).encode()]
+        assert client.command("NOOP " + "a" * 600) == [str(r.COMMAND_TOO_LONG).encode()]
+        assert client.command("NOOP") == [b"250 OK"]
+
+
+def test_garbage_commands_get_500_then_421(relay: RelayProcess) -> None:
+    with relay.raw() as client:
+        client.reply()
+        assert client.command("\x00\x01binary")[0].startswith(b"500 ")
+        client.send(b"\xff\xfe\xfd\r\n")
+        assert client.reply()[0].startswith(b"500 ")
+        assert client.command("")[0].startswith(b"500 ")
+        replies = []
+        for n in range(20):
+            replies.append(client.command(f"JUNK{n}")[0])
+            if not replies[-1].startswith(b"500"):
+                break
+        assert replies[-1] == str(r.TOO_MANY_BAD_COMMANDS).encode()
+        assert all(reply.startswith(b"500 ") for reply in replies[:-1])
+        assert client.closed_by_server()
+
+
+def test_disconnect_mid_data_delivers_nothing(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    client = start_data(relay)
+    client.send(b"Subject: half\r\n\r\nthis message never ends\r\n")
+    client.sock.shutdown(socket.SHUT_RDWR)
+    client.close()
+    # the relay must stay healthy and a following message must be the only one delivered
+    with relay.smtp() as smtp:
+        smtp.ehlo()
+        smtp.sendmail("alice@example.org", [TARGET], b"Subject: whole\r\n\r\ncomplete\r\n")
+    requests = webhook.wait_for(1)
+    time.sleep(0.2)  # a stray delivery of the half message would have arrived by now
+    assert [json.loads(r.body)["subject"] for r in webhook.requests] == ["whole"]
+    assert len(requests) == 1
+
+
+def test_per_ip_session_cap_answers_421(
+    start_relay: Callable[..., RelayProcess],
+    receiver: WebhookReceiver,
+) -> None:
+    relay = start_relay(WEBHOOK_URL=receiver.url, MAX_CONCURRENT_PER_IP="2")
+    first, second = relay.raw(), relay.raw()
+    try:
+        assert first.reply()[0].startswith(b"220")
+        assert second.reply()[0].startswith(b"220")
+        with relay.raw() as third:
+            assert third.reply() == [str(r.TOO_MANY_CONNECTIONS).encode()]
+            assert third.closed_by_server()
+    finally:
+        first.close()
+        second.close()

@@ -1,0 +1,177 @@
+"""Webhook delivery end to end: signing, retries, 451/554 replies and the circuit breaker."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import smtplib
+import time
+from collections.abc import Callable
+
+import pytest
+
+import mailrelay
+from mailrelay.testing import ScriptedResponse, WebhookReceiver
+from tests.e2e.mailrelay.support import SECRET, TARGET, RelayProcess
+
+MESSAGE = b"From: alice@example.org\r\nSubject: deliver me\r\n\r\nbody\r\n"
+
+
+def transaction(relay: RelayProcess, message: bytes = MESSAGE) -> tuple[int, bytes]:
+    """MAIL, RCPT, DATA on a fresh connection; the final reply to DATA."""
+    with relay.smtp() as smtp:
+        smtp.ehlo()
+        assert smtp.mail("alice@example.org")[0] == 250
+        assert smtp.rcpt(TARGET)[0] == 250
+        return smtp.data(message)
+
+
+def test_request_headers_and_signature_verify(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    assert transaction(relay) == (250, b"OK: Message accepted for delivery")
+    (request,) = webhook.wait_for(1)
+    assert request.method == "POST"
+    assert request.header("Content-Type") == "application/json"
+    assert request.header("User-Agent") == f"MailRelay/{mailrelay.__version__}"
+    timestamp = request.header("X-MailRelay-Timestamp")
+    assert timestamp is not None and timestamp.isdigit()
+    expected = hmac.new(SECRET.encode(), timestamp.encode() + b"." + request.body, hashlib.sha256).hexdigest()
+    assert request.header("X-MailRelay-Signature-256") == f"sha256={expected}"
+    assert re.fullmatch(r"[0-9a-f]{32}", request.header("X-MailRelay-Delivery-Id") or "")
+    assert json.loads(request.body)["subject"] == "deliver me"
+
+
+def test_no_signature_headers_without_secret(
+    start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver
+) -> None:
+    relay = start_relay(WEBHOOK_URL=webhook.url)
+    assert transaction(relay)[0] == 250
+    (request,) = webhook.wait_for(1)
+    assert request.header("X-MailRelay-Timestamp") is None
+    assert request.header("X-MailRelay-Signature-256") is None
+    assert request.header("X-MailRelay-Delivery-Id") is not None
+
+
+def test_500_twice_then_200_is_250_after_exactly_three_posts(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    webhook.script(500, 500, 200)
+    assert transaction(relay) == (250, b"OK: Message accepted for delivery")
+    requests = webhook.wait_for(3)
+    assert len(requests) == 3
+    assert len({r.body for r in requests}) == 1
+    assert len({r.header("X-MailRelay-Delivery-Id") for r in requests}) == 1
+    for request in requests:  # each attempt carries a valid signature over the bytes it sent
+        timestamp = request.header("X-MailRelay-Timestamp") or ""
+        digest = hmac.new(SECRET.encode(), f"{timestamp}.".encode() + request.body, hashlib.sha256).hexdigest()
+        assert request.header("X-MailRelay-Signature-256") == f"sha256={digest}"
+
+
+def test_retry_after_and_429_are_honoured(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    webhook.script(ScriptedResponse(status=429, headers={"Retry-After": "0"}), 503, 200)
+    assert transaction(relay)[0] == 250
+    assert len(webhook.wait_for(3)) == 3
+
+
+def test_webhook_down_is_451_and_nothing_delivered(
+    start_relay: Callable[..., RelayProcess], dead_url: str, webhook: WebhookReceiver
+) -> None:
+    relay = start_relay(WEBHOOK_URL=dead_url)
+    code, text = transaction(relay)
+    assert code == 451
+    assert text.startswith(b"4.3.0 ")
+    assert webhook.requests == []
+    assert relay.logs().count("webhook_retry_scheduled") == 3  # 1 attempt + 3 retries
+
+
+def test_persistent_500_is_451_after_all_retries(
+    start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver
+) -> None:
+    relay = start_relay(WEBHOOK_URL=webhook.url, WEBHOOK_MAX_RETRIES="2")
+    webhook.reset(default=500)
+    code, text = transaction(relay)
+    assert code == 451
+    assert text.startswith(b"4.3.0")
+    assert len(webhook.wait_for(3)) == 3
+
+
+def test_webhook_timeout_is_retried_then_451(
+    start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver
+) -> None:
+    relay = start_relay(WEBHOOK_URL=webhook.url, WEBHOOK_TIMEOUT="0.3", WEBHOOK_MAX_RETRIES="1")
+    webhook.script(ScriptedResponse(status=200, delay=1.0), ScriptedResponse(status=200, delay=1.0))
+    code, text = transaction(relay)
+    assert (code, text[:5]) == (451, b"4.3.0")
+    assert b"timeout" in text
+
+
+@pytest.mark.parametrize("status", [400, 404, 422])
+def test_other_4xx_is_554(relay: RelayProcess, webhook: WebhookReceiver, status: int) -> None:
+    webhook.script(status)
+    code, text = transaction(relay)
+    assert code == 554
+    assert text.startswith(b"5.6.0 ")
+    assert len(webhook.wait_for(1)) == 1  # never retried
+
+
+def test_attachment_over_limit_is_552_and_not_posted(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    blob = base64.encodebytes(b"\x00" * 30_000).replace(b"\n", b"\r\n")
+    message = (
+        b"Subject: big\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=b1\r\n\r\n"
+        b"--b1\r\nContent-Type: text/plain\r\n\r\nsee file\r\n"
+        b"--b1\r\nContent-Type: application/octet-stream\r\n"
+        b'Content-Disposition: attachment; filename="big.bin"\r\nContent-Transfer-Encoding: base64\r\n\r\n'
+        + blob
+        + b"--b1--\r\n"
+    )
+    assert transaction(relay, message) == (552, b"5.3.4 Attachment size exceeds fixed limit")
+    assert webhook.requests == []
+
+
+def test_open_breaker_answers_451_at_once_without_posting(
+    start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver
+) -> None:
+    relay = start_relay(
+        WEBHOOK_URL=webhook.url,
+        WEBHOOK_MAX_RETRIES="0",
+        CIRCUIT_BREAKER_THRESHOLD="2",
+        CIRCUIT_BREAKER_RESET="600",
+    )
+    webhook.reset(default=500)
+    assert transaction(relay)[0] == 451
+    assert transaction(relay)[0] == 451
+    assert len(webhook.wait_for(2)) == 2
+    code, text = transaction(relay)
+    assert code == 451
+    assert text.startswith(b"4.3.0 ") and b"circuit open" in text
+    assert len(webhook.requests) == 2  # the third message never reached the webhook
+
+
+def test_breaker_half_open_probe_closes_it(start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver) -> None:
+    relay = start_relay(
+        WEBHOOK_URL=webhook.url,
+        WEBHOOK_MAX_RETRIES="0",
+        CIRCUIT_BREAKER_THRESHOLD="1",
+        CIRCUIT_BREAKER_RESET="0.2",
+    )
+    webhook.script(500)
+    assert transaction(relay)[0] == 451  # the failure opens the breaker
+    time.sleep(0.3)  # longer than CIRCUIT_BREAKER_RESET: the next message is the half-open probe
+    assert transaction(relay) == (250, b"OK: Message accepted for delivery")
+    assert transaction(relay)[0] == 250  # closed again
+    assert len(webhook.requests) == 3
+
+
+def test_many_recipients_one_post(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    with relay.smtp() as smtp:
+        smtp.ehlo()
+        refused = smtp.sendmail("alice@example.org", [TARGET, "support@example.test"], MESSAGE)
+    assert refused == {}
+    assert len(webhook.wait_for(1, timeout=1)) == 1
+
+
+def test_sendmail_raises_for_451(start_relay: Callable[..., RelayProcess], dead_url: str) -> None:
+    relay = start_relay(WEBHOOK_URL=dead_url, WEBHOOK_MAX_RETRIES="0")
+    with relay.smtp() as smtp, pytest.raises(smtplib.SMTPDataError) as caught:
+        smtp.sendmail("alice@example.org", [TARGET], MESSAGE)
+    assert caught.value.smtp_code == 451

@@ -1,0 +1,51 @@
+"""Graceful shutdown of the real process on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from mailrelay.smtp import replies as r
+from mailrelay.testing import ScriptedResponse, WebhookReceiver
+from tests.e2e.mailrelay.support import TARGET, RelayProcess
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_with_exit_0_and_421_to_idle_sessions(
+    start_relay: Callable[..., RelayProcess], receiver: WebhookReceiver, sig: int
+) -> None:
+    relay = start_relay(WEBHOOK_URL=receiver.url)
+    with relay.raw() as idle:
+        idle.reply()
+        idle.command("EHLO tester")
+        assert relay.stop(sig) == 0
+        assert idle.reply() == [str(r.SHUTTING_DOWN).encode()]
+        assert idle.closed_by_server()
+    assert "mailrelay_stopped" in relay.logs()
+
+
+def test_message_in_delivery_finishes_before_exit(
+    start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver
+) -> None:
+    relay = start_relay(WEBHOOK_URL=webhook.url)
+    webhook.script(ScriptedResponse(status=200, delay=0.5))
+    client = relay.raw()
+    client.reply()
+    client.command("EHLO tester")
+    client.command("MAIL FROM:<alice@example.org>")
+    client.command(f"RCPT TO:<{TARGET}>")
+    client.command("DATA")
+    client.send(b"Subject: in flight\r\n\r\nbody\r\n.\r\n")
+    webhook.wait_for(1)  # the POST is in progress now
+    stopper = threading.Thread(target=relay.stop)
+    stopper.start()
+    try:
+        assert client.reply() == [b"250 OK: Message accepted for delivery"]
+        assert client.reply() == [str(r.SHUTTING_DOWN).encode()]
+    finally:
+        client.close()
+        stopper.join(timeout=15)
+    assert relay.proc.returncode == 0

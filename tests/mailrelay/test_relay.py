@@ -1,0 +1,134 @@
+"""Relay.handle_envelope: parse, shape, breaker, deliver, and the DATA reply for each outcome."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import httpx
+
+from mailrelay.breaker import BreakerState, CircuitBreaker
+from mailrelay.delivery import WebhookClient
+from mailrelay.dmarc import DmarcResult, DmarcVerdict
+from mailrelay.relay import INLINE_WORK_LIMIT, Relay
+from mailrelay.smtp import replies as r
+from mailrelay.smtp.session import Envelope, Session
+from mailrelay.testing import FakeClock
+
+MESSAGE = b"From: Al <al@example.org>\r\nSubject: hi\r\nX-Custom-A: 1\r\n\r\nhello\r\n"
+
+
+def envelope(content: bytes = MESSAGE) -> Envelope:
+    return Envelope(mail_from="al@example.org", recipients=["inbox@example.test", "ops@example.test"], content=content)
+
+
+class Recorder:
+    def __init__(self, *statuses: int) -> None:
+        self.statuses = list(statuses)
+        self.bodies: list[bytes] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.bodies.append(request.content)
+        return httpx.Response(self.statuses.pop(0) if self.statuses else 200)
+
+
+async def _no_sleep(seconds: float) -> None:
+    return None
+
+
+def make_relay(
+    handler: Callable[[httpx.Request], httpx.Response], client_holder: list[httpx.AsyncClient], **kw: object
+) -> Relay:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    client_holder.append(client)
+    breaker = kw.pop("breaker", None) or CircuitBreaker(threshold=2, reset_after=60, clock=FakeClock())
+    return Relay(
+        webhook=WebhookClient(
+            client=client, url="https://h.example/m", user_agent="UA", max_retries=1, sleep=_no_sleep
+        ),
+        breaker=breaker,  # type: ignore[arg-type]
+        max_attachment_size=100,
+        header_prefixes=("x-custom-",),
+        new_delivery_id=lambda: "fixed-id",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def test_delivered_message_gets_250_and_the_payload() -> None:
+    recorder, clients = Recorder(), list[httpx.AsyncClient]()
+    relay = make_relay(recorder, clients)
+    reply = await relay.handle_envelope(envelope(), Session(peer_ip="127.0.0.1"))
+    await clients[0].aclose()
+    assert reply == r.MESSAGE_ACCEPTED
+    assert json.loads(recorder.bodies[0]) == {
+        "sender": "al@example.org",
+        "sender_name": "Al",
+        "recipient": "inbox@example.test",
+        "subject": "hi",
+        "body": "hello\n",
+        "headers": {"X-Custom-A": "1"},
+    }
+
+
+async def test_retries_exhausted_gives_451_and_counts_for_the_breaker() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=2, reset_after=60, clock=clock)
+    recorder, clients = Recorder(500, 500, 500, 500), list[httpx.AsyncClient]()
+    relay = make_relay(recorder, clients, breaker=breaker)
+    first = await relay.handle_envelope(envelope(), Session(peer_ip="x"))
+    second = await relay.handle_envelope(envelope(), Session(peer_ip="x"))
+    assert first.code == second.code == 451
+    assert first.text.startswith("4.3.0 ")
+    assert breaker.state is BreakerState.OPEN
+    third = await relay.handle_envelope(envelope(), Session(peer_ip="x"))
+    await clients[0].aclose()
+    assert third.code == 451 and "circuit open" in third.text
+    assert len(recorder.bodies) == 4  # 2 messages x 2 attempts; none for the third
+
+
+async def test_4xx_gives_554_and_does_not_open_the_breaker() -> None:
+    breaker = CircuitBreaker(threshold=1, reset_after=60, clock=FakeClock())
+    recorder, clients = Recorder(422), list[httpx.AsyncClient]()
+    reply = await make_relay(recorder, clients, breaker=breaker).handle_envelope(envelope(), Session(peer_ip="x"))
+    await clients[0].aclose()
+    assert reply.code == 554 and reply.text.startswith("5.6.0 ")
+    assert breaker.state is BreakerState.CLOSED
+
+
+async def test_oversized_attachment_gives_552_without_posting() -> None:
+    raw = (
+        b"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nx\r\n"
+        b"--b\r\nContent-Type: application/octet-stream\r\n\r\n" + b"y" * 200 + b"\r\n--b--\r\n"
+    )
+    recorder, clients = Recorder(), list[httpx.AsyncClient]()
+    reply = await make_relay(recorder, clients).handle_envelope(envelope(raw), Session(peer_ip="x"))
+    await clients[0].aclose()
+    assert reply == r.ATTACHMENT_TOO_LARGE
+    assert recorder.bodies == []
+
+
+class PassingDmarc:
+    async def evaluate(self, *, raw: bytes, peer_ip: str, helo: str, mail_from: str) -> DmarcVerdict:
+        return DmarcVerdict(result=DmarcResult.PASS, authenticated_from="al@example.org")
+
+
+async def test_dmarc_seam_adds_its_fields() -> None:
+    recorder, clients = Recorder(), list[httpx.AsyncClient]()
+    relay = make_relay(recorder, clients, dmarc=PassingDmarc())
+    await relay.handle_envelope(envelope(), Session(peer_ip="x"))
+    await clients[0].aclose()
+    payload = json.loads(recorder.bodies[0])
+    assert (payload["dmarc_result"], payload["authenticated_from"]) == ("pass", "al@example.org")
+
+
+async def test_big_messages_are_shaped_in_a_worker_thread_with_the_same_result() -> None:
+    html = "<p>" + "word " * 40_000 + "</p>"
+    raw = f"Subject: big\r\nContent-Type: text/html\r\n\r\n{html}\r\n".encode()
+    assert len(raw) > INLINE_WORK_LIMIT
+    recorder, clients = Recorder(), list[httpx.AsyncClient]()
+    reply = await make_relay(recorder, clients).handle_envelope(envelope(raw), Session(peer_ip="x"))
+    await clients[0].aclose()
+    assert reply == r.MESSAGE_ACCEPTED
+    payload = json.loads(recorder.bodies[0])
+    assert payload["html_body"] == html + "\n"
+    assert payload["body"].startswith("word word")

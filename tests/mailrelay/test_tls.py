@@ -1,0 +1,45 @@
+"""STARTTLS server context: configured PEM pair or a generated self-signed one."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from mailrelay.errors import ConfigError
+from mailrelay.tls import generate_self_signed, server_context
+
+
+def test_generated_certificate_is_self_signed_for_localhost() -> None:
+    cert_pem, key_pem = generate_self_signed("relay.test", hosts=("mx.example.org", "10.0.0.1"))
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    assert cert.issuer == cert.subject
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "localhost" in names.get_values_for_type(x509.DNSName)
+    assert "mx.example.org" in names.get_values_for_type(x509.DNSName)
+    assert b"PRIVATE KEY" in key_pem
+
+
+def test_context_without_files_generates_one() -> None:
+    context, generated = server_context(None, None)
+    assert generated
+    assert context.minimum_version is ssl.TLSVersion.TLSv1_2
+
+
+def test_context_from_files(tmp_path: Path) -> None:
+    cert_pem, key_pem = generate_self_signed()
+    (tmp_path / "c.pem").write_bytes(cert_pem)
+    (tmp_path / "k.pem").write_bytes(key_pem)
+    _, generated = server_context(tmp_path / "c.pem", tmp_path / "k.pem")
+    assert not generated
+
+
+def test_mismatched_files_name_the_variable(tmp_path: Path) -> None:
+    cert_pem, _ = generate_self_signed()
+    _, other_key = generate_self_signed()
+    (tmp_path / "c.pem").write_bytes(cert_pem)
+    (tmp_path / "k.pem").write_bytes(other_key)
+    with pytest.raises(ConfigError, match="MAIL_RELAY_TLS_CERT"):
+        server_context(tmp_path / "c.pem", tmp_path / "k.pem")
