@@ -8,5 +8,6 @@ store = seeded_store()
 service = Service("documents-api", version="1.0.0")
 register(service, store)
 service.mount_revoke_token_route("/admin/revoke-token", admin_role="admin")
+service.mount_policy_reload_route("/admin/reload-policy", admin_role="admin")
 
 __all__ = ["service", "store"]

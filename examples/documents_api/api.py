@@ -93,6 +93,11 @@ def document_routes(store: DocumentStore) -> APIRouter:
     return router
 
 
+def owner_from_path(scope: object, params: dict[str, object]) -> dict[str, object]:
+    """Resource attributes for the document routes: ``owner_id`` is the ``user_id`` path segment."""
+    return {"owner_id": params["user_id"]}
+
+
 def register(service: Service, store: DocumentStore) -> None:
     """Add v1 (deprecated in favour of v2) and v2 to ``service``."""
     v1 = service.version(1)
@@ -113,4 +118,7 @@ def register(service: Service, store: DocumentStore) -> None:
     shared = document_routes(store)
     v1.include_router(shared)
     v2.include_router(shared)
+    for version in (1, 2):
+        # The policies compare the caller's sub with the document owner, which the path names.
+        service.resource_extractor(f"/api/v{version}/documents/{{user_id}}/{{doc_id}}")(owner_from_path)
     service.deprecate(1, replacement=2, sunset="2027-06-30T00:00:00Z", message="v2 pages the document list.")

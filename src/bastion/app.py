@@ -11,6 +11,8 @@ The bracketed layers are slots (:class:`Slot`): empty until a capability or the 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,6 +26,7 @@ from opentelemetry.metrics import MeterProvider
 from starlette.datastructures import State
 from starlette.routing import BaseRoute
 
+from bastion.audit import Auditor
 from bastion.auth.revocation import Revocations
 from bastion.auth.routes import revoke_token_route
 from bastion.auth.setup import TokenAuth
@@ -42,6 +45,11 @@ from bastion.middleware import (
     SecurityHeadersMiddleware,
     TimeoutMiddleware,
 )
+from bastion.policy.authorizer import PolicyAuthorizer, ResourceExtractor
+from bastion.policy.engine import LoadedPolicies
+from bastion.policy.middleware import PolicyMiddleware
+from bastion.policy.normalize import Normalizer
+from bastion.policy.routes import reload_policy_route
 from bastion.routing.deprecation import DeprecationMiddleware
 from bastion.routing.fallback import Dispatcher, FallbackHandler, handler_app
 from bastion.routing.paths import PathNormalizationMiddleware
@@ -90,6 +98,9 @@ class Service:
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._revoke_route: tuple[str, str] | None = None
+        self._reload_route: tuple[str, str] | None = None
+        self._extractors: dict[str, ResourceExtractor] = {}
+        self._normalizer: Normalizer | None = None
 
     def version(self, number: int, **kwargs: Any) -> ApiVersion:
         """Register API major version ``number`` (see :meth:`VersionedApi.version`)."""
@@ -127,6 +138,25 @@ class Service:
         """
         self._revoke_route = (path, admin_role)
 
+    def mount_policy_reload_route(self, path: str = "/admin/reload-policy", *, admin_role: str = "admin") -> None:
+        """Serve ``POST {path}`` to re-read the policy file; callers need ``admin_role`` (see reload_policies)."""
+        self._reload_route = (path, admin_role)
+
+    def resource_extractor(self, route: str) -> Callable[[ResourceExtractor], ResourceExtractor]:
+        """Decorator: add resource attributes for ``route`` (a template such as ``/api/v1/documents/{user_id}/{doc_id}``
+        or an action such as ``GET /api/v1/...``). The function gets ``(scope, path_params)`` and returns a
+        mapping (or an awaitable of one), e.g. ``owner_id`` from a storage lookup."""
+
+        def register(extractor: ResourceExtractor) -> ResourceExtractor:
+            self._extractors[route] = extractor
+            return extractor
+
+        return register
+
+    def set_action_normalizer(self, normalizer: Normalizer) -> None:
+        """Replace the default normalizer that turns unmatched paths into policy actions."""
+        self._normalizer = normalizer
+
     def use(self, slot: Slot, layer: Layer) -> None:
         """Plug ``layer`` (``app -> app``) into ``slot``; several layers in one slot run in the order added."""
         self._slots[slot].append(layer)
@@ -148,7 +178,6 @@ class Service:
 # rather than serving routes unprotected (fail closed).
 def _refuse_unavailable(settings: Settings) -> None:
     wanted = {
-        "policy.enabled": settings.policy.enabled,
         "grpc.enabled": settings.grpc.enabled,
     }
     for key, on in wanted.items():
@@ -171,6 +200,19 @@ class BastionApp:
         counter = version_counter(get_meter(meter_provider)) if settings.metrics.enabled else None
         self.cache_store: CacheStore = cache_store_from_settings(settings.cache_store)
         self.revocations = Revocations(self.cache_store)
+        self._watcher: asyncio.Task[None] | None = None
+        self.auditor = Auditor(settings.audit)
+        self.policy = (
+            PolicyAuthorizer(
+                settings.policy,
+                auditor=self.auditor,
+                trust_forwarded=settings.rate_limit.trust_forwarded_headers,
+                normalizer=service._normalizer,
+                extractors=self._versioned_extractors(service, settings),
+            )
+            if settings.policy.enabled
+            else None
+        )
         self.token_auth = (
             TokenAuth(settings.token, revocations=self.revocations, realm=self.name) if settings.token.enabled else None
         )
@@ -202,6 +244,9 @@ class BastionApp:
         if service._revoke_route is not None:
             path, admin_role = service._revoke_route
             operator_routes.append(revoke_token_route(self.revocations, path=path, admin_role=admin_role))
+        if service._reload_route is not None:
+            path, admin_role = service._reload_route
+            operator_routes.append(reload_policy_route(self.reload_policies, path=path, admin_role=admin_role))
         dispatcher = Dispatcher(
             builtins={HEALTH_PATH: self.health.health, READY_PATH: self.health.ready},
             table=self.routes,
@@ -217,6 +262,9 @@ class BastionApp:
         built_in: dict[Slot, list[Layer]] = {slot: [] for slot in Slot}
         if self.token_auth is not None:
             built_in[Slot.TOKEN_AUTH].append(self.token_auth.layer)
+        if self.policy is not None:
+            policy = self.policy
+            built_in[Slot.POLICY].append(lambda app: PolicyMiddleware(app, authorizer=policy))
         for slot in _SLOTS_INNERMOST_FIRST:
             for layer in reversed([*built_in[slot], *self.service._slots[slot]]):
                 app = layer(app)
@@ -237,8 +285,23 @@ class BastionApp:
         del settings
         return app
 
+    def _versioned_extractors(self, service: Service, settings: Settings) -> dict[str, ResourceExtractor]:
+        return dict(service._extractors)
+
+    def reload_policies(self) -> LoadedPolicies:
+        """Re-read ``policy.policy_path`` and swap the set in atomically; a bad file keeps the old set and raises
+        PolicyLoadError (naming the file, statement and line). The decision cache is cleared on success."""
+        if self.policy is None:
+            raise ConfigError("policy.enabled is false: there are no policies to reload")
+        return self.policy.reload()
+
     async def aclose(self) -> None:
         """Release what the app holds open (cache-store connections); run at lifespan shutdown."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
         await self.cache_store.close()
 
     async def revoke(self, jti: str, reason: str, expires_at: float | datetime) -> None:
@@ -270,6 +333,8 @@ class BastionApp:
                 try:
                     for hook in self.service._startup:
                         await hook()
+                    if self.policy is not None and self.settings.policy.hot_reload:
+                        self._watcher = asyncio.create_task(self.policy.watch(), name="policy-hot-reload")
                 except Exception as exc:
                     log.error("startup_failed", exc_info=exc)
                     await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})

@@ -264,7 +264,7 @@ class TestLifespan:
         assert sent == [{"type": "lifespan.startup.failed", "message": "RuntimeError: no database"}]
 
 
-@pytest.mark.parametrize("variable", ["SERVICE_POLICY_ENABLED", "SERVICE_GRPC_ENABLED"])
+@pytest.mark.parametrize("variable", ["SERVICE_GRPC_ENABLED"])
 def test_capability_not_yet_available_fails_closed(variable: str) -> None:
     from bastion import ConfigError
 

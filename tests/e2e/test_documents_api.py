@@ -140,8 +140,9 @@ class TestTokenAuth:
             assert httpx.get(example.url + path).status_code == 200, path
 
 
-def test_unmatched_path_is_empty_404(example: BastionProcess, user: dict[str, str]) -> None:
-    response = httpx.get(example.url + "/definitely/not/here", headers=user)
+def test_unmatched_path_is_empty_404(example: BastionProcess, minter: TokenMinter) -> None:
+    admin = {"authorization": "Bearer " + minter.mint(sub="admin", roles=["admin"])}
+    response = httpx.get(example.url + "/definitely/not/here", headers=admin)
     assert response.status_code == 404
     assert response.content == b""
 

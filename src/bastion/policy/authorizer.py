@@ -1,0 +1,203 @@
+"""Policy authorization of one request: principal, action, resource and context built from the scope."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from bastion.audit import Auditor
+from bastion.auth.claims import Claims
+from bastion.client_ip import client_ip
+from bastion.config import PolicySettings
+from bastion.errors import PolicyDenied, PolicyError
+from bastion.policy.cache import DecisionCache, decision_key
+from bastion.policy.engine import Decision, LoadedPolicies, PolicyEngine, PolicyLoadError, evaluate
+from bastion.policy.normalize import Normalizer, default_normalizer
+from bastion.routing.resolve import ResolvedRoute
+from bastion.types import SCOPE_CLAIMS, SCOPE_REQUEST_ID, SCOPE_ROUTE, Scope
+
+PRINCIPAL_TYPE = "User"
+RESOURCE_TYPE = "Resource"
+ANONYMOUS = "anonymous"
+_I64 = 2**63
+
+ResourceExtractor = Callable[[Scope, dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
+"""``(scope, path_params) -> extra resource attributes`` (may be async, e.g. a storage lookup)."""
+
+log = structlog.get_logger("bastion.policy")
+
+
+def principal_of(claims: Claims) -> tuple[str, str, dict[str, Any]]:
+    """``User::<sub>`` with ``sub``, ``roles``, ``perms``, ``username``, ``email`` (and ``client_id``) attributes.
+
+    Absent optional claims are absent attributes (a policy reading one fails, and failing denies);
+    ``roles`` and ``perms`` are always sets, empty when the token has none.
+    """
+    attributes: dict[str, Any] = {"roles": list(claims.roles), "perms": list(claims.perms)}
+    for name in ("sub", "username", "email", "client_id"):
+        value = getattr(claims, name)
+        if value is not None:
+            attributes[name] = value
+    return PRINCIPAL_TYPE, claims.sub or claims.client_id or ANONYMOUS, attributes
+
+
+def _cedar_value(value: object) -> object:
+    if isinstance(value, bool) or (isinstance(value, int) and -_I64 <= value < _I64):
+        return value
+    return str(value)
+
+
+class PolicyAuthorizer:
+    """Decide each authenticated request with Cedar; raise PolicyDenied (403) or PolicyError (500).
+
+    The action is ``"<METHOD> <route template>"`` for a matched route, else the normalized path. Path
+    parameters (plus a per-route resource extractor's attributes) are the resource's attributes. Context:
+    ``ip_address``, ``timestamp``, ``user_agent``, ``request_id``, ``roles``. Evaluation errors deny (500
+    ``POLICY_ERROR``) unless ``fail_open``; a Deny is always a 403, with an ``AuthPermissionDenied`` event.
+    """
+
+    def __init__(
+        self,
+        settings: PolicySettings,
+        *,
+        auditor: Auditor,
+        trust_forwarded: bool = False,
+        normalizer: Normalizer | None = None,
+        extractors: Mapping[str, ResourceExtractor] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        assert settings.policy_path is not None
+        self.settings = settings
+        self.engine = PolicyEngine(settings.policy_path)
+        self.auditor = auditor
+        self.trust_forwarded = trust_forwarded
+        self.normalizer = normalizer or default_normalizer
+        self.extractors = dict(extractors or {})
+        self.cache = DecisionCache(
+            size=settings.cache_size if settings.cache_enabled else 0, ttl_secs=settings.cache_ttl_secs
+        )
+        self._clock = clock
+        self.evaluations = 0
+
+    @property
+    def policies(self) -> LoadedPolicies:
+        return self.engine.current
+
+    def reload(self) -> LoadedPolicies:
+        """Re-read ``policy_path``; swap it in and clear the decision cache, or keep the old set and raise."""
+        loaded = self.engine.reload()
+        self.cache.clear()
+        log.info("policies_reloaded", path=str(self.engine.path), policies=loaded.statements, digest=loaded.digest)
+        return loaded
+
+    def action_of(self, scope: Scope) -> tuple[str, dict[str, Any], str | None]:
+        route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
+        if route is not None and route.method_allowed:
+            return f"{scope['method']} {route.template}", dict(route.path_params), route.template
+        return f"{scope['method']} {self.normalizer(scope['path'])}", {}, None
+
+    async def resource_of(
+        self, scope: Scope, action: str, template: str | None, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        attributes = {name: _cedar_value(value) for name, value in params.items()}
+        extractor = self.extractors.get(action) or (self.extractors.get(template) if template else None)
+        if extractor is not None:
+            extra = extractor(scope, dict(params))
+            if inspect.isawaitable(extra):
+                extra = await extra
+            attributes.update({name: _cedar_value(value) for name, value in extra.items()})
+        return attributes
+
+    def context_of(self, scope: Scope, claims: Claims) -> dict[str, Any]:
+        user_agent = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"user-agent"), "")
+        return {
+            "ip_address": client_ip(scope, trust_forwarded=self.trust_forwarded),
+            "timestamp": int(self._clock()),
+            "user_agent": user_agent,
+            "request_id": scope.get(SCOPE_REQUEST_ID, ""),
+            "roles": list(claims.roles),
+        }
+
+    async def decide(self, scope: Scope, claims: Claims) -> tuple[str, Decision]:
+        action, params, template = self.action_of(scope)
+        principal = principal_of(claims)
+        resource_attributes = await self.resource_of(scope, action, template, params)
+        context = self.context_of(scope, claims)
+        policies = self.engine.current
+        referenced = policies.context_attributes
+        keyed_context = context if referenced is None else {k: v for k, v in context.items() if k in referenced}
+        key = decision_key(
+            digest=policies.digest,
+            principal=principal[2],
+            action=action,
+            resource=resource_attributes,
+            context=keyed_context,
+        )
+        cached = self.cache.get(key)
+        if cached is not None:
+            return action, cached
+        self.evaluations += 1
+        decision = evaluate(
+            policies,
+            principal=principal,
+            action=action,
+            resource=(RESOURCE_TYPE, scope["path"], resource_attributes),
+            context=context,
+        )
+        self.cache.put(key, decision)
+        return action, decision
+
+    async def authorize(self, scope: Scope) -> None:
+        """Allow or raise; requests without claims (public paths) are not policy-checked."""
+        claims = scope.get(SCOPE_CLAIMS)
+        if not isinstance(claims, Claims):
+            return
+        action, decision = await self.decide(scope, claims)
+        if decision.failed:
+            log.error(
+                "policy_evaluation_failed",
+                action=action,
+                errors=list(decision.errors),
+                fail_open=self.settings.fail_open,
+            )
+            if self.settings.fail_open:
+                return
+            raise PolicyError()
+        if not decision.allowed:
+            await self.auditor.auth_event("AuthPermissionDenied", scope, action=action)
+            raise PolicyDenied()
+
+    async def watch(self) -> None:
+        """Hot reload: poll ``policy_path`` every interval; reload once a change has been stable for one poll."""
+        path = Path(self.engine.path)
+        interval = self.settings.hot_reload_interval_secs
+
+        def signature() -> tuple[int, int] | None:
+            try:
+                stat = path.stat()
+            except OSError:
+                return None
+            return stat.st_mtime_ns, stat.st_size
+
+        applied = signature()
+        pending: tuple[int, int] | None = None
+        while True:
+            await asyncio.sleep(interval)
+            current = signature()
+            if current is None or current == applied:
+                pending = None
+                continue
+            if current != pending:
+                pending = current  # changed since the last poll: wait until the writer is done
+                continue
+            applied, pending = current, None
+            try:
+                self.reload()
+            except PolicyLoadError as exc:
+                log.error("policy_hot_reload_failed", error=str(exc))
