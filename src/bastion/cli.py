@@ -11,7 +11,7 @@ from pathlib import Path
 from bastion.config import load_settings, masked
 from bastion.errors import ConfigError
 
-EXIT_OK, EXIT_CONFIG = 0, 2
+EXIT_OK, EXIT_DENIED, EXIT_CONFIG = 0, 1, 2
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -77,6 +77,50 @@ def _dev_token(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
+def _policy_check(args: argparse.Namespace) -> int:
+    from bastion.policy.engine import load_policies
+
+    loaded = load_policies(args.file)
+    context = "any" if loaded.context_attributes is None else ", ".join(sorted(loaded.context_attributes)) or "none"
+    print(f"{args.file}: {loaded.statements} policies OK (digest {loaded.digest}; context attributes read: {context})")
+    return EXIT_OK
+
+
+def _policy_eval(args: argparse.Namespace) -> int:
+    from bastion.policy.authorizer import PRINCIPAL_TYPE, RESOURCE_TYPE
+    from bastion.policy.engine import evaluate, load_policies
+
+    loaded = load_policies(args.file)
+    principal = dict(args.principal)
+    principal.setdefault("roles", [])
+    principal.setdefault("perms", [])
+    principal_id = str(principal.get("sub") or principal.get("client_id") or "anonymous")
+    decision = evaluate(
+        loaded,
+        principal=(PRINCIPAL_TYPE, principal_id, principal),
+        action=args.action,
+        resource=(RESOURCE_TYPE, args.resource_id, args.resource),
+        context=args.context,
+    )
+    verdict = "ERROR" if decision.failed else "ALLOW" if decision.allowed else "DENY"
+    print(verdict)
+    for reason in decision.reasons:
+        print(f"  reason: {reason}")
+    for error in decision.errors:
+        print(f"  error: {error}")
+    return EXIT_OK if decision.allowed else EXIT_DENIED
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bastion", description="Secure, versioned backend services.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -93,6 +137,29 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate FILE and print the effective settings, secrets masked")
     check.add_argument("file", metavar="FILE")
     check.set_defaults(handler=_check_config)
+
+    policy = commands.add_parser("policy", help="check or evaluate a Cedar policy file offline")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    check_policy = policy_commands.add_parser("check", help="parse FILE; report the statement and line of an error")
+    check_policy.add_argument("file", metavar="FILE")
+    check_policy.set_defaults(handler=_policy_check)
+    evaluate = policy_commands.add_parser("eval", help="decide one request against FILE and print the reasons")
+    evaluate.add_argument("file", metavar="FILE")
+    evaluate.add_argument(
+        "--principal",
+        type=_json_object,
+        default={},
+        help='principal attributes, e.g. \'{"sub":"alice","roles":["user"]}\'',
+    )
+    evaluate.add_argument("--action", required=True, help='e.g. "GET /api/v1/documents/{user_id}/{doc_id}"')
+    evaluate.add_argument(
+        "--resource", type=_json_object, default={}, help='resource attributes, e.g. \'{"owner_id":"alice"}\''
+    )
+    evaluate.add_argument("--resource-id", default="resource", help="resource entity id (default: resource)")
+    evaluate.add_argument(
+        "--context", type=_json_object, default={}, help='context, e.g. \'{"ip_address":"10.0.0.1"}\''
+    )
+    evaluate.set_defaults(handler=_policy_eval)
 
     keys = commands.add_parser("dev-keys", help="development only: create an RS256 key pair (kept if present)")
     keys.add_argument("--dir", default=".dev", help="where to write jwt-private.pem and jwt-public.pem (.dev)")

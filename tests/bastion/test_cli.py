@@ -107,3 +107,62 @@ def test_dev_token_with_a_bad_key(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["dev-token", "--key", str(path)]) == 2
     assert "not an RSA or EC private key" in capsys.readouterr().err
     assert main(["dev-token", "--key", str(tmp_path / "absent.pem")]) == 2
+
+
+class TestPolicyCommands:
+    POLICIES = REPO / "examples" / "documents_api" / "policies.cedar"
+
+    def test_check_ok(self, capsys: pytest.CaptureFixture[str]) -> None:
+        assert main(["policy", "check", str(self.POLICIES)]) == 0
+        assert "4 policies OK" in capsys.readouterr().out
+
+    def test_check_names_statement_and_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        path = tmp_path / "bad.cedar"
+        path.write_text("permit(principal, action, resource);\n\nforbid(principal, actoin, resource);\n")
+        assert main(["policy", "check", str(path)]) == 2
+        assert "statement 2 (line 3)" in capsys.readouterr().err
+
+    def test_eval_allow_with_reason(self, capsys: pytest.CaptureFixture[str]) -> None:
+        code = main(
+            [
+                "policy",
+                "eval",
+                str(self.POLICIES),
+                "--principal",
+                '{"sub": "alice", "roles": ["user"]}',
+                "--action",
+                "GET /api/v1/documents/{user_id}/{doc_id}",
+                "--resource",
+                '{"owner_id": "alice"}',
+            ]
+        )
+        assert code == 0
+        assert capsys.readouterr().out.splitlines() == ["ALLOW", "  reason: documents-owner"]
+
+    def test_eval_deny_exits_1(self, capsys: pytest.CaptureFixture[str]) -> None:
+        code = main(
+            [
+                "policy",
+                "eval",
+                str(self.POLICIES),
+                "--principal",
+                '{"sub":"a","roles":["user"]}',
+                "--action",
+                "GET /api/v2/admin/users",
+            ]
+        )
+        assert code == 1
+        assert capsys.readouterr().out.splitlines() == ["DENY", "  reason: admin-users-admins-only"]
+
+    def test_eval_error(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        path = tmp_path / "p.cedar"
+        path.write_text("permit(principal, action, resource) when { resource.level > 3 };")
+        assert main(["policy", "eval", str(path), "--action", "GET /x"]) == 1
+        out = capsys.readouterr().out
+        assert out.startswith("ERROR") and "level" in out
+
+    def test_eval_rejects_non_json(self, capsys: pytest.CaptureFixture[str]) -> None:
+        with pytest.raises(SystemExit) as info:
+            main(["policy", "eval", str(self.POLICIES), "--action", "GET /x", "--principal", "{nope"])
+        assert info.value.code == 2
+        assert "not JSON" in capsys.readouterr().err

@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -174,30 +173,26 @@ class PolicyAuthorizer:
             raise PolicyDenied()
 
     async def watch(self) -> None:
-        """Hot reload: poll ``policy_path`` every interval; reload once a change has been stable for one poll."""
-        path = Path(self.engine.path)
+        """Hot reload: poll ``policy_path`` every interval; reload once a change has been stable for one poll.
+
+        Compares against the file as it was when the current set was loaded, so an edit made before the
+        watcher first runs is not missed. A broken file is logged once per change and the old set stays.
+        """
         interval = self.settings.hot_reload_interval_secs
-
-        def signature() -> tuple[int, int] | None:
-            try:
-                stat = path.stat()
-            except OSError:
-                return None
-            return stat.st_mtime_ns, stat.st_size
-
-        applied = signature()
+        seen_broken: tuple[int, int] | None = None
         pending: tuple[int, int] | None = None
         while True:
             await asyncio.sleep(interval)
-            current = signature()
-            if current is None or current == applied:
+            current = self.engine.file_signature()
+            if current is None or current in (self.engine.signature, seen_broken):
                 pending = None
                 continue
             if current != pending:
                 pending = current  # changed since the last poll: wait until the writer is done
                 continue
-            applied, pending = current, None
+            pending = None
             try:
                 self.reload()
             except PolicyLoadError as exc:
+                seen_broken = current
                 log.error("policy_hot_reload_failed", error=str(exc))

@@ -155,14 +155,25 @@ class PolicyEngine:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.current = load_policies(self.path)
         self._lock = threading.Lock()
+        self.signature = self.file_signature()
+        self.current = load_policies(self.path)
+
+    def file_signature(self) -> tuple[int, int] | None:
+        """``(mtime_ns, size)`` of the policy file, ``None`` when it cannot be read; taken before each load."""
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size
 
     def reload(self) -> LoadedPolicies:
         """Re-read and re-parse the file; on success swap it in, on failure keep the old set and raise."""
+        signature = self.file_signature()
         loaded = load_policies(self.path)
         with self._lock:
             self.current = loaded
+            self.signature = signature
         return loaded
 
     def evaluate(
