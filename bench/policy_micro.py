@@ -61,7 +61,8 @@ async def measure(cache_enabled: bool) -> list[float]:
 async def main() -> None:
     for label, cached in (("uncached", False), ("cached", True)):
         samples = await measure(cached)
-        print(f"{label:9s} median {statistics.median(samples):7.1f} us/decision  (min {min(samples):.1f}, max {max(samples):.1f})")
+        median = statistics.median(samples)
+        print(f"{label:9s} median {median:7.1f} us/decision  (min {min(samples):.1f}, max {max(samples):.1f})")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ BYPASS_PATHS = [
 @pytest.mark.parametrize("path", BYPASS_PATHS)
 def test_bypass_paths_are_never_served_to_a_user(example: BastionProcess, minter: TokenMinter, path: str) -> None:
     """Sent raw (no client-side normalization), each is authorized as the route it reaches, or rejected."""
-    request = f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {as_user(minter, 'alice', 'user')['authorization']}\r\nConnection: close\r\n\r\n"
+    authorization = as_user(minter, "alice", "user")["authorization"]
+    request = f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n"
     with socket.create_connection(("127.0.0.1", example.port), timeout=10) as sock:
         sock.sendall(request.encode())
         reply = b""

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from bastion.policy.engine import PolicyEngine, PolicyLoadError, evaluate, parse_policies, split_statements
+from bastion.policy.engine import Decision, PolicyEngine, PolicyLoadError, evaluate, parse_policies, split_statements
 
 PRINCIPAL = ("User", "alice", {"sub": "alice", "roles": ["user"], "perms": []})
 
 
-def decide(text: str, action: str = "GET /x", resource: dict[str, object] | None = None, **context: object):  # type: ignore[no-untyped-def]
+def decide(text: str, action: str = "GET /x", resource: dict[str, object] | None = None, **context: object) -> Decision:
     return evaluate(
         parse_policies(text),
         principal=PRINCIPAL,
@@ -30,7 +30,10 @@ class TestDecisions:
         assert decide("permit(principal, action, resource);").allowed
 
     def test_forbid_wins_over_permit(self) -> None:
-        text = '@id("deny-x")\nforbid(principal, action == Action::"GET /x", resource);\npermit(principal, action, resource);'
+        text = (
+            '@id("deny-x")\nforbid(principal, action == Action::"GET /x", resource);\n'
+            + "permit(principal, action, resource);"
+        )
         decision = decide(text)
         assert not decision.allowed
         assert decision.reasons == ("deny-x",)
@@ -75,7 +78,10 @@ class TestDecisions:
 
 class TestParsing:
     def test_statements_split_outside_strings_and_comments(self) -> None:
-        text = '// a; comment\n@id("x;y")\npermit(principal, action, resource) when { context.s == ";" };\n\nforbid(principal, action, resource);\n'
+        text = (
+            '// a; comment\n@id("x;y")\npermit(principal, action, resource) when { context.s == ";" };\n'
+            "\nforbid(principal, action, resource);\n"
+        )
         statements = list(split_statements(text))
         assert [(number, line) for number, line, _ in statements] == [(1, 2), (2, 5)]
 

@@ -76,6 +76,9 @@ def bearer(
     return {"authorization": "Bearer " + minter.mint(sub=sub, roles=roles, **claims)}
 
 
+FORBID_LIST = (
+    'forbid(principal, action == Action::"GET /api/v2/documents", resource);\npermit(principal, action, resource);'
+)
 FORBIDDEN = {"error": "Access denied by policy", "code": "FORBIDDEN", "status": 403}
 
 
@@ -247,9 +250,7 @@ class TestCache:
     async def test_reload_invalidates(self, app: BastionApp, minter: TokenMinter, policy_file: Path) -> None:
         async with client_for(app) as client:
             assert (await client.get("/api/v2/documents", headers=bearer(minter))).status_code == 200
-            policy_file.write_text(
-                'forbid(principal, action == Action::"GET /api/v2/documents", resource);\npermit(principal, action, resource);'
-            )
+            policy_file.write_text(FORBID_LIST)
             app.reload_policies()
             assert (await client.get("/api/v2/documents", headers=bearer(minter))).status_code == 403
 
@@ -282,9 +283,7 @@ class TestReload:
             async with client_for(app) as client:
                 assert (await client.get("/api/v2/documents", headers=bearer(minter))).status_code == 200
                 before = app.policy.policies.digest
-                policy_file.write_text(
-                    'forbid(principal, action == Action::"GET /api/v2/documents", resource);\npermit(principal, action, resource);'
-                )
+                policy_file.write_text(FORBID_LIST)
                 for _ in range(500):
                     if app.policy.policies.digest != before:
                         break
