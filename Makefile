@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run relay test lint typecheck format clean
+.PHONY: install run relay test lint typecheck format clean proto
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml
@@ -49,3 +49,10 @@ format: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Regenerate the example's gRPC code (committed; run after editing a .proto file).
+PROTO_DIR := examples/documents_api/proto
+proto: install
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m grpc_tools.protoc -I . --python_out=. \
+		--grpclib_python_out=. --grpc_python_out=. \
+		$(PROTO_DIR)/documents/v1/documents.proto

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import enum
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -50,18 +50,20 @@ from bastion.policy.engine import LoadedPolicies
 from bastion.policy.middleware import PolicyMiddleware
 from bastion.policy.normalize import Normalizer
 from bastion.policy.routes import reload_policy_route
+from bastion.ratelimit.setup import built_in_rate_limiting
 from bastion.routing.deprecation import DeprecationMiddleware
 from bastion.routing.fallback import Dispatcher, FallbackHandler, handler_app
 from bastion.routing.paths import PathNormalizationMiddleware
 from bastion.routing.resolve import RouteEntry, RouteResolutionMiddleware, RouteTable
 from bastion.routing.versioned import ApiVersion, VersionedApi
 from bastion.telemetry import get_meter, version_counter
-from bastion.types import ASGIApp, Receive, Scope, Send
+from bastion.types import H2_PROTOCOL_FACTORY, ASGIApp, Receive, Scope, Send
 
 DEFAULT_SERVICE_NAME = "bastion-service"
 DEFAULT_SERVICE_VERSION = "0.1.0"
 
 Layer = Callable[[ASGIApp], ASGIApp]
+GrpcExtractor = Callable[[Any], Mapping[str, Any]]
 Hook = Callable[[], Awaitable[None]]
 log = structlog.get_logger("bastion.app")
 
@@ -101,6 +103,8 @@ class Service:
         self._reload_route: tuple[str, str] | None = None
         self._extractors: dict[str, ResourceExtractor] = {}
         self._normalizer: Normalizer | None = None
+        self._grpc_services: list[Any] = []
+        self._grpc_extractors: dict[str, Callable[[Any], Mapping[str, Any]]] = {}
 
     def version(self, number: int, **kwargs: Any) -> ApiVersion:
         """Register API major version ``number`` (see :meth:`VersionedApi.version`)."""
@@ -153,6 +157,22 @@ class Service:
 
         return register
 
+    def add_grpc_service(self, servable: Any) -> None:
+        """Serve a grpclib service (an instance of a class generated from a ``.proto`` file) when ``grpc.enabled``."""
+        self._grpc_services.append(servable)
+
+    def grpc_resource_extractor(self, method: str) -> Callable[[GrpcExtractor], GrpcExtractor]:
+        """Decorator: resource attributes for gRPC ``method`` (``/pkg.Service/Method``) from its request message.
+
+        The policy check of such a method waits for the first request message (unary and server-streaming
+        calls have exactly one) and runs before the handler sees it."""
+
+        def register(extractor: GrpcExtractor) -> GrpcExtractor:
+            self._grpc_extractors[method] = extractor
+            return extractor
+
+        return register
+
     def set_action_normalizer(self, normalizer: Normalizer) -> None:
         """Replace the default normalizer that turns unmatched paths into policy actions."""
         self._normalizer = normalizer
@@ -174,22 +194,10 @@ class Service:
         return BastionApp(self, settings or load_settings(environ={}), meter_provider=meter_provider)
 
 
-# Capabilities whose settings exist but whose layers have not landed yet. Asking for one fails start-up
-# rather than serving routes unprotected (fail closed).
-def _refuse_unavailable(settings: Settings) -> None:
-    wanted = {
-        "grpc.enabled": settings.grpc.enabled,
-    }
-    for key, on in wanted.items():
-        if on:
-            raise ConfigError(f"{key} = true, but this Bastion version does not provide that capability yet")
-
-
 class BastionApp:
     """The built ASGI application: the middleware stack over the dispatcher, plus lifespan hooks."""
 
     def __init__(self, service: Service, settings: Settings, *, meter_provider: MeterProvider | None = None) -> None:
-        _refuse_unavailable(settings)
         service.api.validate()
         self.service = service
         self.settings = settings
@@ -201,6 +209,7 @@ class BastionApp:
         self.cache_store: CacheStore = cache_store_from_settings(settings.cache_store)
         self.revocations = Revocations(self.cache_store)
         self._watcher: asyncio.Task[None] | None = None
+        self.grpc: Any = None  # bastion.grpc.GrpcServer once started
         self.auditor = Auditor(settings.audit)
         self.policy = (
             PolicyAuthorizer(
@@ -215,6 +224,10 @@ class BastionApp:
         )
         self.token_auth = (
             TokenAuth(settings.token, revocations=self.revocations, realm=self.name) if settings.token.enabled else None
+        )
+        # Local limiter (auto_apply), distributed one on the cache store (distributed), or none (docs/ratelimit.md).
+        self.rate_limiting = built_in_rate_limiting(
+            settings.rate_limit, cache_store=self.cache_store, auditor=self.auditor
         )
 
         self.router = APIRouter()
@@ -262,6 +275,8 @@ class BastionApp:
         built_in: dict[Slot, list[Layer]] = {slot: [] for slot in Slot}
         if self.token_auth is not None:
             built_in[Slot.TOKEN_AUTH].append(self.token_auth.layer)
+        if self.rate_limiting is not None:
+            built_in[Slot.RATE_LIMIT].append(self.rate_limiting.layer)
         if self.policy is not None:
             policy = self.policy
             built_in[Slot.POLICY].append(lambda app: PolicyMiddleware(app, authorizer=policy))
@@ -297,6 +312,9 @@ class BastionApp:
 
     async def aclose(self) -> None:
         """Release what the app holds open (cache-store connections); run at lifespan shutdown."""
+        if self.grpc is not None:
+            await self.grpc.drain(self.settings.service.graceful_shutdown_secs)
+            self.grpc = None
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -318,21 +336,49 @@ class BastionApp:
 
         return openapi
 
+    async def start_grpc(self, state: dict[str, Any]) -> None:
+        """Create the gRPC server in the running loop: on ``grpc.port`` or behind the main port's sniffer."""
+        # Imported here: grpclib registers the grpc.health/reflection protos in protobuf's default pool, which
+        # would clash with grpcio's own health package in services that never enable gRPC.
+        from bastion.grpc.interceptors import GrpcGuard
+        from bastion.grpc.server import GrpcServer
+
+        settings = self.settings
+        guard = GrpcGuard(
+            token_auth=self.token_auth,
+            policy=self.policy,
+            auditor=self.auditor,
+            max_message_size=settings.grpc.max_message_size,
+            extractors=self.service._grpc_extractors,
+        )
+
+        async def ready() -> bool:
+            healthy, _ = await self.health.readiness()
+            return healthy
+
+        self.grpc = GrpcServer(self.service._grpc_services, guard=guard, ready=ready)
+        if settings.grpc.use_separate_port:
+            await self.grpc.start(settings.service.host, settings.grpc.port)
+        else:
+            state[H2_PROTOCOL_FACTORY] = self.grpc.protocol_factory
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await self._lifespan(scope, receive, send)
             return
         scope["app"] = self
         scope["router"] = self.router
         await self.stack(scope, receive, send)
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
                     for hook in self.service._startup:
                         await hook()
+                    if self.settings.grpc.enabled:
+                        await self.start_grpc(scope.setdefault("state", {}))
                     if self.policy is not None and self.settings.policy.hot_reload:
                         self._watcher = asyncio.create_task(self.policy.watch(), name="policy-hot-reload")
                 except Exception as exc:

@@ -157,11 +157,20 @@ class CacheStoreSettings(_Section):
 
 
 class RouteRule(_Section):
-    """One ``[rate_limit.routes."<pattern>"]`` entry."""
+    """One ``[rate_limit.routes."<pattern>"]`` entry: one rate (per second, minute or hour) and a burst."""
 
-    requests_per_minute: PositiveInt
+    requests_per_second: PositiveInt | None = None
+    requests_per_minute: PositiveInt | None = None
+    requests_per_hour: PositiveInt | None = None
     burst_size: PositiveInt | None = None
     per_user: bool = True
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> RouteRule:
+        rates = [self.requests_per_second, self.requests_per_minute, self.requests_per_hour]
+        if sum(rate is not None for rate in rates) != 1:
+            raise ValueError("set exactly one of requests_per_second, requests_per_minute, requests_per_hour")
+        return self
 
 
 class RateLimitSettings(_Section):
@@ -177,6 +186,14 @@ class RateLimitSettings(_Section):
     distributed: bool = False
     trust_forwarded_headers: bool = False
     routes: dict[str, RouteRule] = Field(default_factory=dict)
+
+    @field_validator("routes")
+    @classmethod
+    def _patterns(cls, routes: dict[str, RouteRule]) -> dict[str, RouteRule]:
+        from bastion.ratelimit.rules import check_patterns  # late: the rules module is not needed to load settings
+
+        check_patterns(routes)
+        return routes
 
 
 def _clamp_unit(value: object) -> object:

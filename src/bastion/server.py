@@ -26,6 +26,7 @@ from bastion.app import BastionApp, Service
 from bastion.config import Settings, load_settings
 from bastion.errors import ConfigError
 from bastion.telemetry import configure_logging
+from bastion.types import H2_PROTOCOL_FACTORY
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Http11Protocol
@@ -80,7 +81,7 @@ class SniffingProtocol(asyncio.Protocol):
                 )
             )
         elif seen == len(H2_PREFACE):
-            factory = type(self).h2_protocol_factory
+            factory = self.app_state.get(H2_PROTOCOL_FACTORY) or type(self).h2_protocol_factory
             if factory is None:
                 log.info("http2_refused", reason="gRPC is not enabled on this port")
                 self._close()

@@ -262,12 +262,3 @@ class TestLifespan:
 
         await service.build()({"type": "lifespan"}, receive, send)  # type: ignore[arg-type]
         assert sent == [{"type": "lifespan.startup.failed", "message": "RuntimeError: no database"}]
-
-
-@pytest.mark.parametrize("variable", ["SERVICE_GRPC_ENABLED"])
-def test_capability_not_yet_available_fails_closed(variable: str) -> None:
-    from bastion import ConfigError
-
-    environ = {variable: "true", "SERVICE_POLICY_POLICY_PATH": "p.cedar"}
-    with pytest.raises(ConfigError, match="does not provide that capability yet"):
-        items_service().build(load_settings(environ=environ))

@@ -114,7 +114,7 @@ class TestPolicyCommands:
 
     def test_check_ok(self, capsys: pytest.CaptureFixture[str]) -> None:
         assert main(["policy", "check", str(self.POLICIES)]) == 0
-        assert "4 policies OK" in capsys.readouterr().out
+        assert "6 policies OK" in capsys.readouterr().out
 
     def test_check_names_statement_and_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         path = tmp_path / "bad.cedar"

@@ -207,12 +207,6 @@ def test_garbage_request_line_gets_400(example: BastionProcess) -> None:
     assert httpx.get(example.url + "/health").status_code == 200
 
 
-def test_http2_preface_is_closed_while_grpc_is_disabled(example: BastionProcess) -> None:
-    with socket.create_connection(("127.0.0.1", example.port), timeout=5) as sock:
-        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-        assert sock.recv(1024) == b""
-
-
 def test_500_shows_no_traceback_and_logs_request_id(bastion_process: Callable[..., BastionProcess]) -> None:
     process = bastion_process("slow_service:service", "--app-dir", "tests/e2e/apps")
     response = httpx.get(process.url + "/api/v1/boom", headers={"x-request-id": "boom-1"})

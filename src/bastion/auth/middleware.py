@@ -26,6 +26,25 @@ def _challenge(realm: str, error: str | None = None, description: str | None = N
     return ("www-authenticate", value)
 
 
+def bearer_token(values: list[bytes], *, max_token_bytes: int, realm: str = "api") -> str:
+    """The token of exactly one ``Authorization: Bearer <token>`` value (HTTP header or gRPC metadata).
+
+    Raises TokenError (``UNAUTHORIZED``) when it is missing, repeated or malformed, InvalidToken when it
+    is longer than ``max_token_bytes``; each carries its RFC 6750 challenge.
+    """
+    invalid_request = _challenge(realm, "invalid_request", "malformed Authorization header")
+    if not values:
+        raise TokenError("Missing bearer token", headers=[_challenge(realm)])
+    if len(values) > 1:
+        raise TokenError("Exactly one Authorization header is allowed", headers=[invalid_request])
+    if len(values[0]) > max_token_bytes + 16:
+        raise InvalidToken("Token too large", headers=[_challenge(realm, "invalid_token", "token too large")])
+    match = _BEARER.fullmatch(values[0])
+    if match is None:
+        raise TokenError("Authorization header must be 'Bearer <token>'", headers=[invalid_request])
+    return match.group(1).decode("ascii")
+
+
 class TokenAuthMiddleware:
     """Require a valid bearer token on protected paths; put its Claims in scope[SCOPE_CLAIMS].
 
@@ -54,19 +73,7 @@ class TokenAuthMiddleware:
 
     def _bearer(self, headers: list[tuple[bytes, bytes]]) -> str:
         values = [value for name, value in headers if name == _AUTHORIZATION]
-        if not values:
-            raise TokenError("Missing bearer token", headers=[_challenge(self.realm)])
-        if len(values) > 1:
-            raise TokenError("Exactly one Authorization header is allowed", headers=[self._invalid_request()])
-        if len(values[0]) > self.max_token_bytes + 16:
-            raise InvalidToken("Token too large", headers=[_challenge(self.realm, "invalid_token", "token too large")])
-        match = _BEARER.fullmatch(values[0])
-        if match is None:
-            raise TokenError("Authorization header must be 'Bearer <token>'", headers=[self._invalid_request()])
-        return match.group(1).decode("ascii")
-
-    def _invalid_request(self) -> tuple[str, str]:
-        return _challenge(self.realm, "invalid_request", "malformed Authorization header")
+        return bearer_token(values, max_token_bytes=self.max_token_bytes, realm=self.realm)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.rules.requires_token(scope["path"]) or _is_preflight(scope):

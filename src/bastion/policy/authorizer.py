@@ -117,17 +117,34 @@ class PolicyAuthorizer:
         user_agent = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"user-agent"), "")
         return {
             "ip_address": client_ip(scope, trust_forwarded=self.trust_forwarded),
-            "timestamp": int(self._clock()),
+            "timestamp": self.now(),
             "user_agent": user_agent,
             "request_id": scope.get(SCOPE_REQUEST_ID, ""),
             "roles": list(claims.roles),
         }
 
     async def decide(self, scope: Scope, claims: Claims) -> tuple[str, Decision]:
+        """The decision for an HTTP request (action from the resolved route or the normalizer)."""
         action, params, template = self.action_of(scope)
-        principal = principal_of(claims)
         resource_attributes = await self.resource_of(scope, action, template, params)
-        context = self.context_of(scope, claims)
+        decision = self.decide_request(
+            claims=claims,
+            action=action,
+            resource=(RESOURCE_TYPE, scope["path"], resource_attributes),
+            context=self.context_of(scope, claims),
+        )
+        return action, decision
+
+    def decide_request(
+        self,
+        *,
+        claims: Claims,
+        action: str,
+        resource: tuple[str, str, dict[str, Any]],
+        context: dict[str, Any],
+    ) -> Decision:
+        """Decide one request, through the decision cache (HTTP and gRPC share this)."""
+        principal = principal_of(claims)
         policies = self.engine.current
         referenced = policies.context_attributes
         keyed_context = context if referenced is None else {k: v for k, v in context.items() if k in referenced}
@@ -135,22 +152,19 @@ class PolicyAuthorizer:
             digest=policies.digest,
             principal=principal[2],
             action=action,
-            resource=resource_attributes,
+            resource=resource[2],
             context=keyed_context,
         )
         cached = self.cache.get(key)
         if cached is not None:
-            return action, cached
+            return cached
         self.evaluations += 1
-        decision = evaluate(
-            policies,
-            principal=principal,
-            action=action,
-            resource=(RESOURCE_TYPE, scope["path"], resource_attributes),
-            context=context,
-        )
+        decision = evaluate(policies, principal=principal, action=action, resource=resource, context=context)
         self.cache.put(key, decision)
-        return action, decision
+        return decision
+
+    def now(self) -> int:
+        return int(self._clock())
 
     async def authorize(self, scope: Scope) -> None:
         """Allow or raise; requests without claims (public paths) are not policy-checked."""

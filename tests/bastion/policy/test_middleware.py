@@ -262,7 +262,7 @@ class TestReload:
         admin = bearer(minter, "root", ("admin",))
         async with client_for(app) as client:
             ok = await client.post("/admin/reload-policy", headers=admin)
-            assert ok.status_code == 200 and ok.json()["reloaded"] is True and ok.json()["policies"] == 4
+            assert ok.status_code == 200 and ok.json()["reloaded"] is True and ok.json()["policies"] == 6
             policy_file.write_text("permit(principal, action, resource")
             bad = await client.post("/admin/reload-policy", headers=admin)
             assert bad.status_code == 500

@@ -1,0 +1,73 @@
+"""Rate limiting in the HTTP pipeline: after token auth, before policy, on the full canonical path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from bastion.audit import Auditor
+from bastion.errors import RateLimitExceeded
+from bastion.health import HEALTH_PATH, READY_PATH
+from bastion.ratelimit.buckets import LimiterStore, RuleSet
+from bastion.types import SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
+
+EXEMPT_PATHS = frozenset({HEALTH_PATH, READY_PATH})
+DENIED_EVENT = "HttpRequestDenied"
+DENIED_EVENT_TYPE = "http.request.denied"
+
+
+class RateLimitMiddleware:
+    """Charge each HTTP request to a user, client or IP bucket (or a route rule's); reject spent buckets.
+
+    Reads scope[SCOPE_CLAIMS], so it sits inside TokenAuthMiddleware and outside PolicyMiddleware; reads the
+    canonical ``scope["path"]`` (full path, before any prefix stripping). Raises RateLimitExceeded (429,
+    with ``Retry-After`` and the ``X-RateLimit-*`` headers) after emitting ``HttpRequestDenied``; lets
+    CacheStoreError (500) through without an audit event. Allowed requests get ``X-RateLimit-Limit``,
+    ``-Remaining`` and ``-Reset`` on their response, errors raised further in included (via
+    scope[SCOPE_RESPONSE_HEADERS]). ``/health`` and ``/ready`` are not limited.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        store: LimiterStore,
+        rules: RuleSet,
+        trust_forwarded: bool = False,
+        auditor: Auditor | None = None,
+        exempt_paths: Iterable[str] = EXEMPT_PATHS,
+    ) -> None:
+        self.app = app
+        self.store = store
+        self.rules = rules
+        self.trust_forwarded = trust_forwarded
+        self.auditor = auditor
+        self.exempt_paths = frozenset(exempt_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.exempt_paths:
+            await self.app(scope, receive, send)
+            return
+        bucket = self.rules.bucket_for(scope, trust_forwarded=self.trust_forwarded)
+        outcome = await self.store.charge(bucket)
+        if not outcome.allowed:
+            if self.auditor is not None:
+                await self.auditor.auth_event(
+                    DENIED_EVENT,
+                    scope,
+                    event_type=DENIED_EVENT_TYPE,
+                    method=scope["method"],
+                    path=scope["path"],
+                    bucket=bucket.key,
+                    limit=outcome.limit,
+                    retry_after=outcome.retry_after_secs,
+                )
+            raise RateLimitExceeded(retry_after=outcome.retry_after_secs, headers=outcome.headers())
+        extra = [(name.encode(), value.encode()) for name, value in outcome.headers()]
+        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *extra]
+
+        async def send_with_quota(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_quota)

@@ -1,0 +1,248 @@
+"""End to end: gRPC with a real grpcio client against ``bastion run``, same port and separate port."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from grpclib.health.v1 import health_pb2
+from grpclib.reflection.v1 import reflection_pb2
+
+from bastion.testing import TokenMinter
+from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
+from examples.documents_api.proto.documents.v1 import documents_pb2_grpc as pb_grpc
+from tests.conftest import BastionProcess, free_port
+
+EXAMPLE = ("examples.documents_api:service", "--config", "examples/documents_api/config.toml")
+LIST = "/documents.v1.DocumentService/ListDocuments"
+
+
+class Target:
+    """Where the gRPC client connects (the main port, or grpc.port) and the HTTP base URL."""
+
+    def __init__(self, process: BastionProcess, grpc_port: int) -> None:
+        self.process = process
+        self.grpc_address = f"127.0.0.1:{grpc_port}"
+        self.http = process.url
+
+
+@pytest.fixture(scope="module")
+def minter() -> TokenMinter:
+    return TokenMinter("RS256")
+
+
+@pytest.fixture(scope="module")
+def key_env(minter: TokenMinter, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    path = tmp_path_factory.mktemp("keys") / "public.pem"
+    path.write_bytes(minter.public_pem())
+    return {"SERVICE_TOKEN_PUBLIC_KEY_PATH": str(path)}
+
+
+def start(factory: Callable[..., BastionProcess], env: dict[str, str], separate: bool) -> Target:
+    if not separate:
+        process = factory(*EXAMPLE, env=env)
+        return Target(process, process.port)
+    grpc_port = free_port()
+    process = factory(
+        *EXAMPLE, env={**env, "SERVICE_GRPC_USE_SEPARATE_PORT": "true", "SERVICE_GRPC_PORT": str(grpc_port)}
+    )
+    return Target(process, grpc_port)
+
+
+@pytest.fixture(scope="module", params=["same-port", "separate-port"])
+def target(
+    request: pytest.FixtureRequest, module_bastion_process: Callable[..., BastionProcess], key_env: dict[str, str]
+) -> Target:
+    return start(module_bastion_process, key_env, request.param == "separate-port")
+
+
+@pytest.fixture
+def channel(target: Target) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(target.grpc_address) as chan:
+        yield chan
+
+
+def auth(minter: TokenMinter, sub: str = "alice", *roles: str) -> list[tuple[str, str]]:
+    return [("authorization", "Bearer " + minter.mint(sub=sub, roles=list(roles) or ["user"]))]
+
+
+def test_health_check_serving(channel: grpc.Channel) -> None:
+    check = channel.unary_unary(
+        "/grpc.health.v1.Health/Check",
+        request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+        response_deserializer=health_pb2.HealthCheckResponse.FromString,
+    )
+    for service in ("", "documents.v1.DocumentService"):
+        assert (
+            check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
+
+
+def test_reflection_lists_the_services(channel: grpc.Channel) -> None:
+    reflect = channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    (reply,) = list(reflect(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
+    names = {service.name for service in reply.list_services_response.service}
+    assert {"documents.v1.DocumentService", "grpc.health.v1.Health"} <= names
+
+
+def test_list_without_token_is_unauthenticated(channel: grpc.Channel) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        pb_grpc.DocumentServiceStub(channel).ListDocuments(pb.ListDocumentsRequest(), timeout=10)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "Missing bearer token" in (info.value.details() or "")
+
+
+def test_list_with_token_and_request_id(channel: grpc.Channel, minter: TokenMinter) -> None:
+    stub = pb_grpc.DocumentServiceStub(channel)
+    reply, call = stub.ListDocuments.with_call(
+        pb.ListDocumentsRequest(limit=2), metadata=[*auth(minter), ("x-request-id", "grpc-rid-1")], timeout=10
+    )
+    assert len(reply.items) == 2 and reply.next_cursor
+    assert ("x-request-id", "grpc-rid-1") in [(m.key, m.value) for m in call.initial_metadata()]
+
+
+def test_expired_token_is_unauthenticated(channel: grpc.Channel, minter: TokenMinter) -> None:
+    token = minter.mint(sub="alice", ttl=-120)
+    with pytest.raises(grpc.RpcError) as info:
+        pb_grpc.DocumentServiceStub(channel).ListDocuments(
+            pb.ListDocumentsRequest(), metadata=[("authorization", f"Bearer {token}")], timeout=10
+        )
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "TOKEN_EXPIRED" in (info.value.details() or "")
+
+
+def test_policy_deny_is_permission_denied(channel: grpc.Channel, minter: TokenMinter) -> None:
+    stub = pb_grpc.DocumentServiceStub(channel)
+    own = stub.GetDocument(pb.GetDocumentRequest(user_id="alice", doc_id="doc-1"), metadata=auth(minter), timeout=10)
+    assert own.owner_id == "alice"
+    with pytest.raises(grpc.RpcError) as info:
+        stub.GetDocument(pb.GetDocumentRequest(user_id="bob", doc_id="doc-3"), metadata=auth(minter), timeout=10)
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    admin = stub.GetDocument(
+        pb.GetDocumentRequest(user_id="bob", doc_id="doc-3"), metadata=auth(minter, "root", "admin"), timeout=10
+    )
+    assert admin.owner_id == "bob"
+
+
+def test_deadline_exceeded(channel: grpc.Channel, minter: TokenMinter) -> None:
+    stub = pb_grpc.DocumentServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.WatchDocuments(pb.WatchDocumentsRequest(interval_ms=2000), metadata=auth(minter), timeout=0.5))
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_server_streaming(channel: grpc.Channel, minter: TokenMinter) -> None:
+    stub = pb_grpc.DocumentServiceStub(channel)
+    docs = list(stub.WatchDocuments(pb.WatchDocumentsRequest(max_events=3), metadata=auth(minter), timeout=10))
+    assert [doc.id for doc in docs] == ["doc-1", "doc-2", "doc-3"]
+
+
+def test_http_and_grpc_at_the_same_time(target: Target, channel: grpc.Channel, minter: TokenMinter) -> None:
+    stub = pb_grpc.DocumentServiceStub(channel)
+    http_statuses: list[int] = []
+    stream = stub.WatchDocuments(
+        pb.WatchDocumentsRequest(max_events=3, interval_ms=100), metadata=auth(minter), timeout=20
+    )
+
+    def http_calls() -> None:
+        headers = {"authorization": auth(minter)[0][1]}
+        for _ in range(10):
+            http_statuses.append(httpx.get(target.http + "/api/v2/documents", headers=headers, timeout=10).status_code)
+
+    worker = threading.Thread(target=http_calls)
+    worker.start()
+    docs = list(stream)
+    worker.join(timeout=30)
+    assert len(docs) == 3
+    assert http_statuses == [200] * 10
+
+
+def test_unknown_method_is_unimplemented(channel: grpc.Channel, minter: TokenMinter) -> None:
+    call = channel.unary_unary(
+        "/documents.v1.DocumentService/Nope", request_serializer=bytes, response_deserializer=bytes
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        call(b"", metadata=auth(minter), timeout=10)
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_oversized_message_is_resource_exhausted(channel: grpc.Channel, minter: TokenMinter) -> None:
+    stub = pb_grpc.DocumentServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.GetDocument(pb.GetDocumentRequest(user_id="a" * 5_000_000, doc_id="x"), metadata=auth(minter), timeout=10)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_http11_with_grpc_content_type_is_plain_http(target: Target) -> None:
+    response = httpx.post(target.http + LIST, headers={"content-type": "application/grpc"}, content=b"\x00" * 5)
+    assert response.status_code == 401
+    assert response.json()["code"] == "UNAUTHORIZED"
+
+
+def test_garbage_after_the_http2_preface_closes_only_that_connection(target: Target) -> None:
+    host, port = target.grpc_address.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64)
+        sock.settimeout(10)
+        received = b""
+        try:
+            while chunk := sock.recv(4096):
+                received += chunk
+        except OSError:
+            pass
+    assert httpx.get(target.http + "/health").status_code == 200
+
+
+def test_http2_is_refused_where_grpc_is_disabled(
+    bastion_process: Callable[..., BastionProcess], key_env: dict[str, str]
+) -> None:
+    process = bastion_process(*EXAMPLE, env={**key_env, "SERVICE_GRPC_ENABLED": "false"})
+    with socket.create_connection(("127.0.0.1", process.port), timeout=10) as sock:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        assert sock.recv(1024) == b""
+    with grpc.insecure_channel(f"127.0.0.1:{process.port}") as chan, pytest.raises(grpc.RpcError) as info:
+        pb_grpc.DocumentServiceStub(chan).ListDocuments(pb.ListDocumentsRequest(), timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize("separate", [False, True], ids=["same-port", "separate-port"])
+def test_sigterm_drains_grpc_streams(
+    bastion_process: Callable[..., BastionProcess], key_env: dict[str, str], minter: TokenMinter, separate: bool
+) -> None:
+    target = start(bastion_process, key_env, separate)
+    received: list[Any] = []
+    errors: list[BaseException] = []
+
+    def watch() -> None:
+        with grpc.insecure_channel(target.grpc_address) as chan:
+            stream = pb_grpc.DocumentServiceStub(chan).WatchDocuments(
+                pb.WatchDocumentsRequest(max_events=3, interval_ms=400), metadata=auth(minter), timeout=30
+            )
+            try:
+                for doc in stream:
+                    received.append(doc.id)
+            except grpc.RpcError as exc:
+                errors.append(exc)
+
+    worker = threading.Thread(target=watch)
+    worker.start()
+    for _ in range(200):
+        if received:
+            break
+        threading.Event().wait(0.02)
+    target.process.proc.send_signal(signal.SIGTERM)
+    worker.join(timeout=30)
+    assert errors == []
+    assert received == ["doc-1", "doc-2", "doc-3"]
+    assert target.process.proc.wait(timeout=30) == 0
