@@ -80,6 +80,14 @@ class ServiceSettings(_Section):
     log_format: Literal["auto", "json", "console"] = "auto"
     graceful_shutdown_secs: Duration = 30.0
     ready_timeout_secs: Duration = 2.0
+    tls_cert_path: str | None = None
+    tls_key_path: str | None = None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServiceSettings:
+        if (self.tls_cert_path is None) != (self.tls_key_path is None):
+            raise ValueError("service.tls_cert_path and service.tls_key_path must be set together")
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod

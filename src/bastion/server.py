@@ -66,27 +66,37 @@ class SniffingProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop transports do not subclass it
+        ssl_object = transport.get_extra_info("ssl_object")
+        negotiated = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        if negotiated == "h2":
+            # TLS: ALPN already chose the protocol (RFC 7301), no need to look at the bytes.
+            self._hand_to_h2()
+            return
+        if negotiated == "http/1.1":
+            self._hand_over(self._http11())
+            return
         self.timer = self.loop.call_later(SNIFF_TIMEOUT_SECS, self._give_up)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         seen = min(len(self.buffer), len(H2_PREFACE))
         if self.buffer[:seen] != H2_PREFACE[:seen]:
-            self._hand_over(
-                _Http11Protocol(
-                    config=self.config,
-                    server_state=self.server_state,
-                    app_state=self.app_state,
-                    _loop=self.loop,
-                )
-            )
+            self._hand_over(self._http11())
         elif seen == len(H2_PREFACE):
-            factory = self.app_state.get(H2_PROTOCOL_FACTORY) or type(self).h2_protocol_factory
-            if factory is None:
-                log.info("http2_refused", reason="gRPC is not enabled on this port")
-                self._close()
-                return
-            self._hand_over(factory())
+            self._hand_to_h2()
+
+    def _http11(self) -> asyncio.Protocol:
+        return _Http11Protocol(
+            config=self.config, server_state=self.server_state, app_state=self.app_state, _loop=self.loop
+        )
+
+    def _hand_to_h2(self) -> None:
+        factory = self.app_state.get(H2_PROTOCOL_FACTORY) or type(self).h2_protocol_factory
+        if factory is None:
+            log.info("http2_refused", reason="gRPC is not enabled on this port")
+            self._close()
+            return
+        self._hand_over(factory())
 
     def _hand_over(self, protocol: asyncio.Protocol) -> None:
         assert self.transport is not None
@@ -94,7 +104,8 @@ class SniffingProtocol(asyncio.Protocol):
         buffered, self.buffer = self.buffer, b""
         self.transport.set_protocol(protocol)
         protocol.connection_made(self.transport)
-        protocol.data_received(buffered)
+        if buffered:
+            protocol.data_received(buffered)
 
     def _give_up(self) -> None:
         log.info("connection_sniff_timeout")
@@ -164,11 +175,22 @@ def _worker_app() -> BastionApp:
     return build(os.environ[ENV_APP], settings, app_dir=os.environ.get(ENV_APP_DIR, "."))
 
 
+class _Config(Config):
+    """uvicorn's Config, with ALPN ``h2``/``http/1.1`` offered on TLS when gRPC shares the port."""
+
+    alpn_h2 = False
+
+    def load(self) -> None:
+        super().load()
+        if self.ssl is not None:
+            self.ssl.set_alpn_protocols(["h2", "http/1.1"] if self.alpn_h2 else ["http/1.1"])
+
+
 def uvicorn_config(
     app: Any, settings: Settings, *, host: str, port: int, workers: int = 1, factory: bool = False
 ) -> Config:
     """The uvicorn configuration Bastion serves with: our sniffer, our logging, no proxy-header rewriting."""
-    return Config(
+    config = _Config(
         app,
         host=host,
         port=port,
@@ -183,7 +205,11 @@ def uvicorn_config(
         timeout_graceful_shutdown=round(settings.service.graceful_shutdown_secs),
         workers=workers,
         factory=factory,
+        ssl_certfile=settings.service.tls_cert_path,
+        ssl_keyfile=settings.service.tls_key_path,
     )
+    config.alpn_h2 = settings.grpc.enabled and not settings.grpc.use_separate_port
+    return config
 
 
 def serve(
