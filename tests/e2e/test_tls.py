@@ -93,5 +93,5 @@ def test_https_and_grpc_over_tls_on_one_port(tls_example: tuple[BastionProcess, 
 def test_tls_settings_must_come_in_pairs(tmp_path: Path) -> None:
     from bastion import ConfigError, load_settings
 
-    with pytest.raises(ConfigError, match="tls_cert_path and service.tls_key_path must be set together"):
+    with pytest.raises(ConfigError, match=r"tls_cert_path and service\.tls_key_path must be set together"):
         load_settings(environ={"SERVICE_TLS_CERT_PATH": str(tmp_path / "c.pem")})
