@@ -18,6 +18,21 @@ async def send_error(send: Send, error: BastionError, scope: Scope) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class TrackedSend:
+    """``send`` that remembers whether the response has started (after which no error can be rendered)."""
+
+    __slots__ = ("send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+
 class ErrorRenderingMiddleware:
     """Render errors raised by the layers and handlers inside it as ``{"error","code","status"}``.
 
@@ -33,16 +48,9 @@ class ErrorRenderingMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = TrackedSend(send)
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, tracked)
         except ClientDisconnect:
             log.info("client_disconnected", path=scope["path"])
         except Exception as exc:
@@ -52,7 +60,7 @@ class ErrorRenderingMiddleware:
                 error = BastionError()
             elif error.status >= 500:
                 log.error("request_failed", path=scope["path"], code=error.code, error=error.detail)
-            if started:
+            if tracked.started:
                 # Headers are on the wire: nothing to render; the server closes the broken response.
                 log.warning("error_after_response_started", path=scope["path"], code=error.code)
                 return
@@ -69,17 +77,10 @@ class PanicRecoveryMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = TrackedSend(send)
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, tracked)
         except Exception as exc:
             log.error("panic_recovered", path=scope["path"], exc_info=exc)
-            if not started:
+            if not tracked.started:
                 await send_error(send, BastionError(), scope)

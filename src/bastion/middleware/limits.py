@@ -7,6 +7,7 @@ import asyncio
 from starlette.exceptions import HTTPException
 
 from bastion.errors import BadRequest, GatewayTimeout, PayloadTooLarge
+from bastion.middleware.errors import TrackedSend
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -24,19 +25,12 @@ class TimeoutMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = TrackedSend(send)
         try:
             async with asyncio.timeout(self.timeout_secs):
-                await self.app(scope, receive, tracking_send)
+                await self.app(scope, receive, tracked)
         except TimeoutError:
-            if started:
+            if tracked.started:
                 raise
             raise GatewayTimeout(f"Request timed out after {self.timeout_secs:g}s") from None
 
