@@ -34,10 +34,27 @@ except ImportError:  # pragma: no cover - httptools is in uvicorn[standard]; h11
     from uvicorn.protocols.http.h11_impl import H11Protocol as _Http11Protocol  # type: ignore[assignment]
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+FRAME_HEADER_BYTES = 9
+SETTINGS_FRAME, MAX_FRAME_SIZE = 0x4, 16_384
+# GOAWAY (type 7) on stream 0: last stream 0, error PROTOCOL_ERROR (1). RFC 9113 3.4 and 6.8.
+GOAWAY_PROTOCOL_ERROR = b"\x00\x00\x08\x07\x00\x00\x00\x00\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x01"
 SNIFF_TIMEOUT_SECS = 10.0
 ENV_APP, ENV_CONFIG, ENV_APP_DIR = "BASTION_APP", "BASTION_CONFIG", "BASTION_APP_DIR"
 
 log = structlog.get_logger("bastion.server")
+
+
+def valid_first_frame(header: bytes) -> bool:
+    """RFC 9113 3.4: the client preface is followed by a SETTINGS frame (stream 0, no ACK, 6-byte entries)."""
+    length = int.from_bytes(header[:3], "big")
+    frame_type, flags, stream = header[3], header[4], int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
+    return (
+        frame_type == SETTINGS_FRAME
+        and not flags & 0x1
+        and stream == 0
+        and length % 6 == 0
+        and length <= MAX_FRAME_SIZE
+    )
 
 
 class SniffingProtocol(asyncio.Protocol):
@@ -82,8 +99,14 @@ class SniffingProtocol(asyncio.Protocol):
         seen = min(len(self.buffer), len(H2_PREFACE))
         if self.buffer[:seen] != H2_PREFACE[:seen]:
             self._hand_over(self._http11())
-        elif seen == len(H2_PREFACE):
-            self._hand_to_h2()
+        elif len(self.buffer) >= len(H2_PREFACE) + FRAME_HEADER_BYTES:
+            if valid_first_frame(self.buffer[len(H2_PREFACE) : len(H2_PREFACE) + FRAME_HEADER_BYTES]):
+                self._hand_to_h2()
+            else:
+                log.info("http2_protocol_error", reason="the preface is not followed by a SETTINGS frame")
+                assert self.transport is not None
+                self.transport.write(GOAWAY_PROTOCOL_ERROR)
+                self._close()
 
     def _http11(self) -> asyncio.Protocol:
         return _Http11Protocol(
@@ -135,6 +158,54 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
         self._captured_signals.clear()
+
+
+class Http2OnlyProtocol(asyncio.Protocol):
+    """For a port that speaks only HTTP/2 (``grpc.use_separate_port``): check the preface and first frame.
+
+    A client that sends anything else gets GOAWAY(PROTOCOL_ERROR) and is closed; one that stalls before the
+    first frame is closed after ``SNIFF_TIMEOUT_SECS``. Then the connection belongs to ``factory()``.
+    """
+
+    def __init__(self, factory: Callable[[], asyncio.Protocol]) -> None:
+        self.factory = factory
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.timer = asyncio.get_running_loop().call_later(SNIFF_TIMEOUT_SECS, self._close)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.buffer += data
+        seen = min(len(self.buffer), len(H2_PREFACE))
+        needed = len(H2_PREFACE) + FRAME_HEADER_BYTES
+        if self.buffer[:seen] != H2_PREFACE[:seen] or (
+            len(self.buffer) >= needed and not valid_first_frame(self.buffer[len(H2_PREFACE) : needed])
+        ):
+            log.info("http2_protocol_error", reason="not an HTTP/2 client preface and SETTINGS frame")
+            self.transport.write(GOAWAY_PROTOCOL_ERROR)
+            self._close()
+        elif len(self.buffer) >= needed:
+            if self.timer is not None:
+                self.timer.cancel()
+            protocol = self.factory()
+            buffered, self.buffer = self.buffer, b""
+            self.transport.set_protocol(protocol)
+            protocol.connection_made(self.transport)
+            protocol.data_received(buffered)
+
+    def _close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
 
 
 def import_service(reference: str, *, app_dir: str = ".") -> Service:

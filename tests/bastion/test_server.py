@@ -10,7 +10,9 @@ from uvicorn.server import ServerState
 
 from bastion import Service, load_settings
 from bastion import server as server_module
-from bastion.server import H2_PREFACE, SniffingProtocol, uvicorn_config
+from bastion.server import GOAWAY_PROTOCOL_ERROR, H2_PREFACE, SniffingProtocol, uvicorn_config
+
+SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 Serve = Callable[[type[SniffingProtocol]], Awaitable[asyncio.Server]]
 
@@ -84,7 +86,7 @@ async def test_request_split_inside_the_sniffed_prefix(serve: Serve) -> None:
 
 async def test_http2_preface_is_closed_without_grpc(serve: Serve) -> None:
     server = await serve(SniffingProtocol)
-    assert await exchange(port_of(server), H2_PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00") == b""
+    assert await exchange(port_of(server), H2_PREFACE + SETTINGS_FRAME) == b""
 
 
 async def test_http2_preface_goes_to_the_h2_factory(serve: Serve) -> None:
@@ -103,9 +105,18 @@ async def test_http2_preface_goes_to_the_h2_factory(serve: Serve) -> None:
         h2_protocol_factory = Echo
 
     server = await serve(WithH2)
-    reply = await exchange(port_of(server), H2_PREFACE + b"frames", pause_after=10)
-    assert reply == b"h2:" + H2_PREFACE + b"frames"
-    assert received == [H2_PREFACE + b"frames"]
+    reply = await exchange(port_of(server), H2_PREFACE + SETTINGS_FRAME, pause_after=10)
+    assert reply == b"h2:" + H2_PREFACE + SETTINGS_FRAME
+    assert received == [H2_PREFACE + SETTINGS_FRAME]
+
+
+async def test_garbage_after_the_preface_gets_goaway_and_close(serve: Serve) -> None:
+    class WithH2(SniffingProtocol):
+        h2_protocol_factory = asyncio.Protocol
+
+    server = await serve(WithH2)
+    for garbage in (b"\xff" * 64, b"\x00\x00\x04\x01\x00\x00\x00\x00\x01abcd", b"garbage-garbage"):
+        assert await exchange(port_of(server), H2_PREFACE + garbage) == GOAWAY_PROTOCOL_ERROR
 
 
 async def test_half_sent_preface_then_silence_is_closed(serve: Serve, monkeypatch: pytest.MonkeyPatch) -> None:

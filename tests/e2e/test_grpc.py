@@ -190,17 +190,17 @@ def test_http11_with_grpc_content_type_is_plain_http(target: Target) -> None:
     assert response.json()["code"] == "UNAUTHORIZED"
 
 
-def test_garbage_after_the_http2_preface_closes_only_that_connection(target: Target) -> None:
+@pytest.mark.parametrize(
+    "garbage", [b"\xff" * 64, b"\x00\x00\x04\x01\x00\x00\x00\x00\x01abcd"], ids=["bytes", "headers"]
+)
+def test_garbage_after_the_http2_preface_closes_only_that_connection(target: Target, garbage: bytes) -> None:
     host, port = target.grpc_address.split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64)
-        sock.settimeout(10)
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + garbage)
         received = b""
-        try:
-            while chunk := sock.recv(4096):
-                received += chunk
-        except OSError:
-            pass
+        while chunk := sock.recv(4096):
+            received += chunk
+    assert received.endswith(b"\x00\x00\x00\x01"), received  # a GOAWAY with PROTOCOL_ERROR, then close
     assert httpx.get(target.http + "/health").status_code == 200
 
 

@@ -35,22 +35,25 @@ class GrpcServer:
         listen(self.server, RecvRequest, guard.on_request)
         listen(self.server, SendInitialMetadata, guard.on_initial_metadata)
         listen(self.server, SendTrailingMetadata, guard.on_trailing_metadata)
-        self._separate = False
+        self._listener: asyncio.Server | None = None
 
     def protocol_factory(self) -> asyncio.Protocol:
         """A grpclib HTTP/2 protocol for one sniffed connection (tracked for draining)."""
         return self.server._protocol_factory()
 
     async def start(self, host: str, port: int) -> None:
-        await self.server.start(host, port)
-        self._separate = True
+        """Listen on a port of its own (HTTP/2 only, checked like the main port's sniffer does)."""
+        from bastion.server import Http2OnlyProtocol
+
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(lambda: Http2OnlyProtocol(self.protocol_factory), host, port)
         log.info("grpc_listening", host=host, port=port)
 
     async def drain(self, grace_secs: float) -> None:
         """Refuse new calls, let running calls finish within ``grace_secs``, then cancel what is left."""
         self.guard.draining = True
-        if self._separate and self.server._server is not None:
-            self.server._server.close()
+        if self._listener is not None:
+            self._listener.close()
         try:
             async with asyncio.timeout(grace_secs):
                 await self.guard.idle.wait()
@@ -59,5 +62,5 @@ class GrpcServer:
         for handler in list(self.server._handlers):
             handler.close()
         await asyncio.gather(*(handler.wait_closed() for handler in list(self.server._handlers)))
-        if self._separate and self.server._server is not None:
-            await self.server._server.wait_closed()
+        if self._listener is not None:
+            await self._listener.wait_closed()
