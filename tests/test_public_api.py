@@ -7,7 +7,18 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("name", ["bastion", "bastion.middleware", "bastion.routing"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bastion",
+        "bastion.auth",
+        "bastion.grpc",
+        "bastion.middleware",
+        "bastion.policy",
+        "bastion.ratelimit",
+        "bastion.routing",
+    ],
+)
 def test_all_is_sorted_and_resolvable(name: str) -> None:
     module = importlib.import_module(name)
     exported = module.__all__

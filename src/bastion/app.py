@@ -350,6 +350,7 @@ class BastionApp:
             auditor=self.auditor,
             max_message_size=settings.grpc.max_message_size,
             extractors=self.service._grpc_extractors,
+            rate_limit=self.rate_limiting.check if self.rate_limiting is not None else None,
         )
 
         async def ready() -> bool:

@@ -80,12 +80,16 @@ class RedisCacheStore:
         from redis.exceptions import RedisError
 
         self._redis_error: type[Exception] = RedisError
-        self.client = redis.from_url(
+        # A blocking pool waits (up to the timeout) for a free connection under load instead of failing with
+        # "Too many connections": more requests in flight than max_connections must not become 500s.
+        pool = redis.BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
+            timeout=timeout_secs,
             socket_timeout=timeout_secs,
             socket_connect_timeout=timeout_secs,
         )
+        self.client = redis.Redis.from_pool(pool)
         self._down = False
 
     def _failed(self, exc: Exception) -> CacheStoreError:

@@ -63,3 +63,14 @@ async def test_outage_raises_cache_store_error(dead_redis_url: str) -> None:
 
 def test_memory_store_without_a_url() -> None:
     assert isinstance(cache_store_from_settings(CacheStoreSettings()), MemoryCacheStore)
+
+
+async def test_more_concurrent_calls_than_connections_wait_instead_of_failing(valkey_url: str) -> None:
+    import asyncio
+
+    store = RedisCacheStore(valkey_url, max_connections=2, timeout_secs=5)
+    try:
+        results = await asyncio.gather(*(store.exists(f"cs:busy:{n}") for n in range(50)))
+    finally:
+        await store.close()
+    assert results == [False] * 50

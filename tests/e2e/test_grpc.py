@@ -246,3 +246,28 @@ def test_sigterm_drains_grpc_streams(
     assert errors == []
     assert received == ["doc-1", "doc-2", "doc-3"]
     assert target.process.proc.wait(timeout=30) == 0
+
+
+def test_rate_limited_call_is_resource_exhausted_with_retry_info(
+    bastion_process: Callable[..., BastionProcess], key_env: dict[str, str], minter: TokenMinter, tmp_path: Any
+) -> None:
+    from tests.conftest import REPO
+
+    config = tmp_path / "config.toml"
+    config.write_text(
+        (REPO / "examples/documents_api/config.toml").read_text()
+        + '\n[rate_limit.routes."POST /documents.v1.DocumentService/ListDocuments"]\n'
+        + "requests_per_minute = 1\nburst_size = 1\n"
+    )
+    process = bastion_process("examples.documents_api:service", "--config", str(config), env=key_env)
+    with grpc.insecure_channel(f"127.0.0.1:{process.port}") as chan:
+        stub = pb_grpc.DocumentServiceStub(chan)
+        metadata = auth(minter)
+        stub.ListDocuments(pb.ListDocumentsRequest(), metadata=metadata, timeout=10)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ListDocuments(pb.ListDocumentsRequest(), metadata=metadata, timeout=10)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    trailers = {m.key: m.value for m in info.value.trailing_metadata()}
+    assert int(trailers["retry-after"]) >= 1
+    assert trailers["x-ratelimit-remaining"] == "0"
+    process.wait_for_output("HttpRequestDenied")

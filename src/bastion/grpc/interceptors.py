@@ -105,6 +105,7 @@ class GrpcGuard:
         peer_ip = parse_ip(str(peer[0])) if peer else None
         scope: dict[str, Any] = {
             "type": "grpc",
+            "method": "POST",  # gRPC is HTTP/2 POST: route rules such as "POST /pkg.Service/*" apply
             "path": method,
             "headers": [(b"user-agent", (event.user_agent or "").encode("latin-1", "replace"))],
             "client": (peer_ip or "unknown", peer[1] if peer else 0),

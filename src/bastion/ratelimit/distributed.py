@@ -81,11 +81,7 @@ class DistributedLimiter:
         self._recovered()
         allowed, remaining, retry_after_us, reset_after_us, now_us = (int(value) for value in reply)
         return Outcome(
-            allowed=bool(allowed),
-            limit=quota.limit,
-            remaining=remaining,
-            retry_after=retry_after_us / MICROS,
-            reset_at=(now_us + reset_after_us) / MICROS,
+            bool(allowed), quota.limit, remaining, retry_after_us / MICROS, (now_us + reset_after_us) / MICROS
         )
 
     async def _charge_generic(self, bucket: Bucket) -> Outcome:
@@ -97,13 +93,7 @@ class DistributedLimiter:
             step = gcra(tat, now, interval=quota.interval_secs, burst=quota.burst)
             if step.allowed:
                 await self.store.set(bucket.key, b"%d" % round(step.tat * MICROS), ttl_secs=step.reset_after)
-        return Outcome(
-            allowed=step.allowed,
-            limit=quota.limit,
-            remaining=step.remaining,
-            retry_after=step.retry_after,
-            reset_at=now + step.reset_after,
-        )
+        return Outcome(step.allowed, quota.limit, step.remaining, step.retry_after, now + step.reset_after)
 
     def _failed(self, exc: BaseException) -> CacheStoreError:
         if not self._down:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from bastion.ratelimit.buckets import Bucket, Outcome
 
@@ -24,8 +24,7 @@ DEFAULT_SWEEP_INTERVAL_SECS = 60.0
 _EPSILON = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
-class GcraStep:
+class GcraStep(NamedTuple):
     """One GCRA decision: ``tat`` to store (unchanged when refused) and the numbers for the headers."""
 
     allowed: bool
@@ -46,9 +45,8 @@ def gcra(tat: float | None, now: float, *, interval: float, burst: int) -> GcraS
     new_tat = current + interval
     allow_at = new_tat - burst * interval
     if now < allow_at - _EPSILON:
-        return GcraStep(allowed=False, tat=current, remaining=0, retry_after=allow_at - now, reset_after=current - now)
-    remaining = int((now - allow_at) / interval + _EPSILON)
-    return GcraStep(allowed=True, tat=new_tat, remaining=remaining, retry_after=0.0, reset_after=new_tat - now)
+        return GcraStep(False, current, 0, allow_at - now, current - now)
+    return GcraStep(True, new_tat, int((now - allow_at) / interval + _EPSILON), 0.0, new_tat - now)
 
 
 class LocalLimiter:
@@ -85,25 +83,19 @@ class LocalLimiter:
         """Charge synchronously (the decision never waits on I/O)."""
         now = self._clock()
         tats = self._tats
-        key = bucket.key
-        quota = bucket.quota
-        tat = tats.get(key)
-        step = gcra(tat, now, interval=quota.interval_secs, burst=quota.burst)
-        if step.allowed:
-            tats[key] = step.tat
+        key, quota = bucket
+        allowed, tat, remaining, retry_after, reset_after = gcra(
+            tats.get(key), now, interval=quota.interval_secs, burst=quota.burst
+        )
+        if allowed:
+            tats[key] = tat
         if key in tats:
             tats.move_to_end(key)  # a refused caller is still active: keep its (spent) bucket
-        if len(tats) > self.max_buckets:
-            tats.popitem(last=False)
+            if len(tats) > self.max_buckets:
+                tats.popitem(last=False)
         if now >= self._next_sweep:
             self.sweep(now)
-        return Outcome(
-            allowed=step.allowed,
-            limit=quota.limit,
-            remaining=step.remaining,
-            retry_after=step.retry_after,
-            reset_at=self._wall_clock() + step.reset_after,
-        )
+        return Outcome(allowed, quota.limit, remaining, retry_after, self._wall_clock() + reset_after)
 
     def sweep(self, now: float | None = None) -> int:
         """Drop every full bucket (its ``tat`` has passed: it holds nothing a new bucket would not); return how many."""

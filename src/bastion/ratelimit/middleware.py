@@ -7,12 +7,38 @@ from collections.abc import Iterable
 from bastion.audit import Auditor
 from bastion.errors import RateLimitExceeded
 from bastion.health import HEALTH_PATH, READY_PATH
-from bastion.ratelimit.buckets import LimiterStore, RuleSet
+from bastion.ratelimit.buckets import LimiterStore, Outcome, RuleSet
 from bastion.types import SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
 
 EXEMPT_PATHS = frozenset({HEALTH_PATH, READY_PATH})
 DENIED_EVENT = "HttpRequestDenied"
 DENIED_EVENT_TYPE = "http.request.denied"
+
+
+async def charge(
+    scope: Scope, *, store: LimiterStore, rules: RuleSet, trust_forwarded: bool, auditor: Auditor | None
+) -> Outcome:
+    """Charge the request's bucket; on a spent bucket emit ``HttpRequestDenied`` and raise RateLimitExceeded.
+
+    Shared by the HTTP middleware and gRPC calls (whose scope has ``method`` POST and ``path`` the method).
+    A cache-store failure propagates as CacheStoreError, without an audit event.
+    """
+    bucket = rules.bucket_for(scope, trust_forwarded=trust_forwarded)
+    outcome = await store.charge(bucket)
+    if not outcome.allowed:
+        if auditor is not None:
+            await auditor.auth_event(
+                DENIED_EVENT,
+                scope,
+                event_type=DENIED_EVENT_TYPE,
+                method=scope["method"],
+                path=scope["path"],
+                bucket=bucket.key,
+                limit=outcome.limit,
+                retry_after=outcome.retry_after_secs,
+            )
+        raise RateLimitExceeded(retry_after=outcome.retry_after_secs, headers=outcome.headers())
+    return outcome
 
 
 class RateLimitMiddleware:
@@ -47,22 +73,10 @@ class RateLimitMiddleware:
         if scope["type"] != "http" or scope["path"] in self.exempt_paths:
             await self.app(scope, receive, send)
             return
-        bucket = self.rules.bucket_for(scope, trust_forwarded=self.trust_forwarded)
-        outcome = await self.store.charge(bucket)
-        if not outcome.allowed:
-            if self.auditor is not None:
-                await self.auditor.auth_event(
-                    DENIED_EVENT,
-                    scope,
-                    event_type=DENIED_EVENT_TYPE,
-                    method=scope["method"],
-                    path=scope["path"],
-                    bucket=bucket.key,
-                    limit=outcome.limit,
-                    retry_after=outcome.retry_after_secs,
-                )
-            raise RateLimitExceeded(retry_after=outcome.retry_after_secs, headers=outcome.headers())
-        extra = [(name.encode(), value.encode()) for name, value in outcome.headers()]
+        outcome = await charge(
+            scope, store=self.store, rules=self.rules, trust_forwarded=self.trust_forwarded, auditor=self.auditor
+        )
+        extra = outcome.raw_headers()
         scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *extra]
 
         async def send_with_quota(message: Message) -> None:

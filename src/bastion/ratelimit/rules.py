@@ -52,6 +52,8 @@ class Quota:
     limit: int
     period_secs: float
     burst: int = 0
+    interval_secs: float = field(init=False)
+    """Seconds between two requests once the burst is spent (the GCRA emission interval)."""
 
     def __post_init__(self) -> None:
         if self.limit <= 0 or not self.period_secs > 0 or not math.isfinite(self.period_secs):
@@ -60,11 +62,7 @@ class Quota:
             raise ConfigError(f"burst must be positive, got {self.burst}")
         if self.burst == 0:
             object.__setattr__(self, "burst", self.limit)
-
-    @property
-    def interval_secs(self) -> float:
-        """Seconds between two requests once the burst is spent (the GCRA emission interval)."""
-        return self.period_secs / self.limit
+        object.__setattr__(self, "interval_secs", self.period_secs / self.limit)
 
     @classmethod
     def per_second(cls, limit: int, *, burst: int | None = None) -> Quota:
@@ -121,28 +119,28 @@ def parse_pattern(pattern: str) -> tuple[str | None, tuple[str, ...]]:
         head, _, text = text.partition(" ")
         method, text = head.upper(), text.strip()
         if not _METHOD.match(method):
-            raise ConfigError(f"rate_limit.routes {pattern!r}: {head!r} is not an HTTP method")
+            raise ConfigError(f"route pattern {pattern!r}: {head!r} is not an HTTP method")
     if not text.startswith("/") or any(c.isspace() or c in "?#" for c in text):
-        raise ConfigError(f"rate_limit.routes {pattern!r}: expected '[METHOD ]/path', e.g. 'POST /api/v1/uploads'")
+        raise ConfigError(f"route pattern {pattern!r}: expected '[METHOD ]/path', e.g. 'POST /api/v1/uploads'")
     segments = []
     for part in text.split("/"):
         if not part:
             continue
         if part in (".", ".."):
-            raise ConfigError(f"rate_limit.routes {pattern!r}: '.' and '..' segments are not allowed")
+            raise ConfigError(f"route pattern {pattern!r}: '.' and '..' segments are not allowed")
         if part not in (ONE_SEGMENT, ANY_SEGMENTS) and "*" in part:
             raise ConfigError(
-                f"rate_limit.routes {pattern!r}: {part!r} mixes '*' with text; a wildcard is a whole segment "
+                f"route pattern {pattern!r}: {part!r} mixes '*' with text; a wildcard is a whole segment "
                 "('*' = one segment, '**' = any number)"
             )
         if part != ID_SEGMENT and ("{" in part or "}" in part):
             raise ConfigError(
-                f"rate_limit.routes {pattern!r}: {part!r}: the only placeholder is '{{id}}' (numeric or UUID "
+                f"route pattern {pattern!r}: {part!r}: the only placeholder is '{{id}}' (numeric or UUID "
                 "segments); use '*' for any one segment"
             )
         segments.append(normalize_segment(part))
     if segments.count(ANY_SEGMENTS) > 1:
-        raise ConfigError(f"rate_limit.routes {pattern!r}: at most one '**' per pattern")
+        raise ConfigError(f"route pattern {pattern!r}: at most one '**' per pattern")
     return method, tuple(segments)
 
 
@@ -168,7 +166,7 @@ def check_patterns(patterns: Iterable[str]) -> None:
     for pattern in patterns:
         name = canonical_name(*parse_pattern(pattern))
         if name in seen:
-            raise ConfigError(f"rate_limit.routes {seen[name]!r} and {pattern!r} are the same rule ({name!r})")
+            raise ConfigError(f"route patterns {seen[name]!r} and {pattern!r} are the same rule ({name!r})")
         seen[name] = pattern
 
 
@@ -176,7 +174,7 @@ def check_patterns(patterns: Iterable[str]) -> None:
 class _Node:
     children: dict[str, _Node] = field(default_factory=dict)
     star: _Node | None = None
-    any: _Node | None = None
+    rest: _Node | None = None  # the "**" child
     rules: dict[str | None, RouteRule] = field(default_factory=dict)
     # Below a '**' node: how many segments the rest of each pattern needs (none has a second '**').
     tails: tuple[int, ...] = ()
@@ -237,18 +235,18 @@ class RouteRules:
                 node.star = node.star or _Node()
                 node = node.star
             elif segment == ANY_SEGMENTS:
-                node.any = node.any or _Node()
-                node = node.any
+                node.rest = node.rest or _Node()
+                node = node.rest
             else:
                 node = node.children.setdefault(segment, _Node())
         node.rules[rule.method] = rule
 
     def _set_tails(self, node: _Node) -> None:
-        for child in (*node.children.values(), node.star, node.any):
+        for child in (*node.children.values(), node.star, node.rest):
             if child is not None:
                 self._set_tails(child)
-        if node.any is not None:
-            node.any.tails = tuple(sorted(_tail_lengths(node.any)))
+        if node.rest is not None:
+            node.rest.tails = tuple(sorted(_tail_lengths(node.rest)))
 
     def match(self, method: str, path: str) -> RouteRule | None:
         """The highest-priority rule for a request, or ``None`` (the global limits apply)."""
@@ -305,8 +303,8 @@ def _walk(node: _Node, segments: tuple[str, ...], index: int, method: str, found
             _walk(child, segments, index + 1, method, found)
         if node.star is not None:
             _walk(node.star, segments, index + 1, method, found)
-    if node.any is not None:
+    if node.rest is not None:
         remaining = len(segments) - index
-        for tail in node.any.tails:
+        for tail in node.rest.tails:
             if tail <= remaining:
-                _walk(node.any, segments, len(segments) - tail, method, found)
+                _walk(node.rest, segments, len(segments) - tail, method, found)

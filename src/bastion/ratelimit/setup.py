@@ -8,8 +8,8 @@ from bastion.config import RateLimitSettings
 from bastion.ratelimit.buckets import LimiterStore, RuleSet
 from bastion.ratelimit.distributed import DistributedLimiter
 from bastion.ratelimit.local import LocalLimiter
-from bastion.ratelimit.middleware import RateLimitMiddleware
-from bastion.types import ASGIApp
+from bastion.ratelimit.middleware import RateLimitMiddleware, charge
+from bastion.types import ASGIApp, Scope
 
 
 class RateLimiting:
@@ -37,6 +37,16 @@ class RateLimiting:
     ) -> RateLimiting:
         """Buckets in ``cache_store`` (Redis/Valkey: shared by all instances, one round trip per request)."""
         return cls(settings, store=DistributedLimiter(cache_store), auditor=auditor)
+
+    async def check(self, scope: Scope) -> None:
+        """Charge one request (used for gRPC calls); raises RateLimitExceeded or CacheStoreError."""
+        await charge(
+            scope,
+            store=self.store,
+            rules=self.rules,
+            trust_forwarded=self.settings.trust_forwarded_headers,
+            auditor=self.auditor,
+        )
 
     def layer(self, app: ASGIApp) -> ASGIApp:
         """The middleware over ``app``, for ``service.use(Slot.RATE_LIMIT, limiting.layer)``."""

@@ -1,4 +1,4 @@
-"""Fixtures for the rate-limit tests: a clock moved by hand and request scopes."""
+"""Helpers for the rate-limit tests: a clock moved by hand, request scopes, and a small service."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from bastion.types import SCOPE_CLAIMS, Scope
+from bastion import NotFound, Service, Slot
+from bastion.types import SCOPE_CLAIMS, ASGIApp, Receive, Scope, Send
 
 
 class FakeClock:
@@ -51,6 +52,40 @@ def make_scope(
     return scope
 
 
-@pytest.fixture
-def scope() -> Callable[..., Scope]:
-    return make_scope
+def as_user(sub: str | None = "alice", client_id: str | None = None) -> Callable[[ASGIApp], ASGIApp]:
+    """A token-auth stand-in: claims from the ``x-test-sub`` header (else ``sub``); none when it is ``-``."""
+
+    def layer(app: ASGIApp) -> ASGIApp:
+        async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+            who = dict(scope["headers"]).get(b"x-test-sub", (sub or "-").encode()).decode()
+            if who != "-" or client_id:
+                scope[SCOPE_CLAIMS] = SimpleNamespace(sub=None if who == "-" else who, client_id=client_id)
+            await app(scope, receive, send)
+
+        return middleware
+
+    return layer
+
+
+def service(*, sub: str | None = "alice", calls: list[str] | None = None) -> Service:
+    """A small versioned service behind the ``as_user`` stand-in; handlers append their name to ``calls``."""
+    svc = Service("limited")
+    v1 = svc.version(1)
+    seen = calls if calls is not None else []
+
+    @v1.get("/items")
+    async def items() -> dict[str, str]:
+        seen.append("items")
+        return {"ok": "yes"}
+
+    @v1.post("/uploads")
+    async def upload() -> dict[str, str]:
+        seen.append("upload")
+        return {"ok": "uploaded"}
+
+    @v1.get("/missing")
+    async def missing() -> None:
+        raise NotFound("Nothing here")
+
+    svc.use(Slot.TOKEN_AUTH, as_user(sub))
+    return svc

@@ -16,8 +16,7 @@ from bastion.cache_store import MemoryCacheStore, RedisCacheStore
 from bastion.config import Settings
 from bastion.errors import CacheStoreError
 from bastion.ratelimit import Bucket, DistributedLimiter, Quota
-from tests.bastion.ratelimit.conftest import FakeClock
-from tests.bastion.ratelimit.test_middleware import service
+from tests.bastion.ratelimit.conftest import FakeClock, service
 
 Client = Callable[..., httpx.AsyncClient]
 
@@ -83,7 +82,13 @@ class TestOnValkey:
         stats = await store.client.info("commandstats")
         assert stats["cmdstat_evalsha"]["calls"] == 7
         # GET, SET and TIME run inside the script (the server counts them too); nothing else was sent.
-        assert set(stats) <= {"cmdstat_evalsha", "cmdstat_get", "cmdstat_set", "cmdstat_time", "cmdstat_config|resetstat"}
+        assert set(stats) <= {
+            "cmdstat_evalsha",
+            "cmdstat_get",
+            "cmdstat_set",
+            "cmdstat_time",
+            "cmdstat_config|resetstat",
+        }
         assert stats["cmdstat_get"]["calls"] == 7
 
     async def test_script_flush_is_survived(self, store: RedisCacheStore) -> None:
@@ -125,7 +130,9 @@ class TestThroughTheApp:
         settings = distributed_settings(valkey_url, max_connections=64, per_user_rpm=limit, window_secs=3600)
         first, second = asgi_client(service(), settings), asgi_client(service(), settings)
         headers = {"x-test-sub": user}
-        requests = [client.get("/api/v1/items", headers=headers) for _ in range(3 * limit) for client in (first, second)]
+        requests = [
+            client.get("/api/v1/items", headers=headers) for _ in range(3 * limit) for client in (first, second)
+        ]
         statuses = [response.status_code for response in await asyncio.gather(*requests)]
         assert statuses.count(200) == limit
         assert statuses.count(429) == 5 * limit

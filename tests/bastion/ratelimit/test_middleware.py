@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from bastion import BastionApp, NotFound, PolicyDenied, Service, Slot, load_settings
+from bastion import BastionApp, PolicyDenied, Slot, load_settings
 from bastion.cache_store import MemoryCacheStore
 from bastion.config import Settings
 from bastion.errors import InvalidToken
 from bastion.ratelimit import RateLimiting, RateLimitMiddleware, RuleSet
 from bastion.ratelimit.local import LocalLimiter
-from bastion.types import SCOPE_CLAIMS, ASGIApp, Message, Receive, Scope, Send
+from bastion.types import ASGIApp, Message, Receive, Scope, Send
+from tests.bastion.ratelimit.conftest import service
 
 Client = Callable[..., httpx.AsyncClient]
 
@@ -28,44 +28,6 @@ def settings(**env: str) -> Settings:
 
 def settings_with_routes(routes: dict[str, dict[str, Any]], **rate_limit: Any) -> Settings:
     return Settings.model_validate({"rate_limit": {**rate_limit, "routes": routes}})
-
-
-def as_user(sub: str | None = "alice", client_id: str | None = None) -> Callable[[ASGIApp], ASGIApp]:
-    """A token-auth stand-in: claims from the ``x-test-sub`` header (else ``sub``); none when it is ``-``."""
-
-    def layer(app: ASGIApp) -> ASGIApp:
-        async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            who = dict(scope["headers"]).get(b"x-test-sub", (sub or "-").encode()).decode()
-            if who != "-" or client_id:
-                scope[SCOPE_CLAIMS] = SimpleNamespace(sub=None if who == "-" else who, client_id=client_id)
-            await app(scope, receive, send)
-
-        return middleware
-
-    return layer
-
-
-def service(*, sub: str | None = "alice", calls: list[str] | None = None) -> Service:
-    svc = Service("limited")
-    v1 = svc.version(1)
-    seen = calls if calls is not None else []
-
-    @v1.get("/items")
-    async def items() -> dict[str, str]:
-        seen.append("items")
-        return {"ok": "yes"}
-
-    @v1.post("/uploads")
-    async def upload() -> dict[str, str]:
-        seen.append("upload")
-        return {"ok": "uploaded"}
-
-    @v1.get("/missing")
-    async def missing() -> None:
-        raise NotFound("Nothing here")
-
-    svc.use(Slot.TOKEN_AUTH, as_user(sub))
-    return svc
 
 
 class TestHeaders:

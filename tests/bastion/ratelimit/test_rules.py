@@ -142,6 +142,14 @@ class TestPriority:
         assert matched(table, "PUT", "/api/v1/uploads") == "PUT /api/*/uploads"
         assert matched(table, "GET", "/api/v1/uploads") == "/api/*/uploads"
 
+    def test_the_documented_example(self) -> None:
+        """docs/ratelimit.md, priority example."""
+        table = rules("/api/v1/*", "/api/*/uploads", "/api/**", "/api/v1/r1/**")
+        assert matched(table, "GET", "/api/v1/uploads") == "/api/v1/*"
+        assert matched(table, "GET", "/api/v2/uploads") == "/api/*/uploads"
+        assert matched(table, "GET", "/api/v1/r1/x") == "/api/v1/r1/**"
+        assert matched(table, "GET", "/api/v2/other") == "/api/**"
+
     def test_no_rule_means_global_limits(self) -> None:
         assert matched(rules("/api/v1/uploads"), "GET", "/api/v1/other") is None
         assert RouteRules().match("GET", "/anything") is None
