@@ -16,6 +16,8 @@ from mailrelay.errors import (
     AttachmentTooLarge,
     ConfigError,
     DeliveryError,
+    HtmlTextTooLong,
+    ListenFailed,
     MessageParseError,
     RelayError,
 )
@@ -32,6 +34,8 @@ __all__ = [
     "DeliveryError",
     "DeliveryOutcome",
     "DeliveryResult",
+    "HtmlTextTooLong",
+    "ListenFailed",
     "MessageParseError",
     "ParsedMessage",
     "Relay",

@@ -9,7 +9,7 @@ import logging
 import signal
 import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import httpx
 import structlog
@@ -18,7 +18,7 @@ from mailrelay import __version__
 from mailrelay.breaker import CircuitBreaker
 from mailrelay.config import Settings, parse_settings, read_environment, unknown_variables
 from mailrelay.delivery import WebhookClient
-from mailrelay.errors import ConfigError
+from mailrelay.errors import ConfigError, ListenFailed
 from mailrelay.health import HealthServer
 from mailrelay.relay import Relay
 from mailrelay.smtp.server import SmtpServer
@@ -76,10 +76,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         asyncio.run(serve(settings, tls_context))
-    except OSError as exc:
-        log.error("listen_failed", error=str(exc))
+    except ListenFailed as exc:
+        log.error("listen_failed", variables=exc.variables, address=exc.address, error=exc.reason)
         return EXIT_LISTEN
     return 0
+
+
+async def listen(start: Awaitable[None], *, prefix: str, host: str, port: int) -> None:
+    """Await a listener's start(), turning its OSError into ListenFailed naming `<prefix>BIND_ADDRESS`
+    and `<prefix>PORT` (an unknown host name, a port in use or below 1024 all end up here)."""
+    try:
+        await start
+    except OSError as exc:
+        raise ListenFailed(f"{prefix}BIND_ADDRESS/{prefix}PORT", f"{host}:{port}", exc) from exc
 
 
 async def serve(settings: Settings, tls_context: ssl.SSLContext | None) -> None:
@@ -114,10 +123,12 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None) -> None:
             tls_context=tls_context,
         )
         health = HealthServer()
-        await health.start(settings.health_bind_address, settings.health_port)
+        host, port = settings.health_bind_address, settings.health_port
+        await listen(health.start(host, port), prefix="MAIL_RELAY_HEALTH_", host=host, port=port)
         try:
-            await smtp.start(settings.bind_address, settings.port)
-        except OSError:
+            host, port = settings.bind_address, settings.port
+            await listen(smtp.start(host, port), prefix="MAIL_RELAY_", host=host, port=port)
+        except ListenFailed:
             await health.stop()
             raise
         stop = asyncio.Event()

@@ -225,6 +225,8 @@ def _webhook_url(raw: str, *, allow_insecure: bool) -> str:
         raise _Invalid("an absolute http(s) URL") from None
     if url.scheme not in ("http", "https") or not url.host:
         raise _Invalid("an absolute http(s) URL")
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise _Invalid("an absolute http(s) URL with a port 1-65535")
     if url.scheme == "http" and not allow_insecure and not is_loopback_host(url.host):
         raise _Invalid(
             "an https URL (plain http is allowed only to loopback hosts unless MAIL_RELAY_WEBHOOK_ALLOW_INSECURE=true)"

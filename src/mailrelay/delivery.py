@@ -134,18 +134,25 @@ class WebhookClient:
 
     async def _attempt(self, body: bytes, delivery_id: str) -> _Attempt:
         headers = self.headers_for(body, delivery_id=delivery_id)
+        answer: _Attempt | None = None
+        problem = ""
         try:
             async with asyncio.timeout(self.timeout):
                 async with self.client.stream("POST", self.url, content=body, headers=headers) as response:
-                    length = response.headers.get("content-length", "")
-                    if length.isdigit() and int(length) <= MAX_DRAINED_RESPONSE_BYTES:
-                        await response.aread()
-                    return _Attempt(
+                    answer = _Attempt(
                         status=response.status_code,
                         retry_after=response.headers.get("retry-after"),
                         error=None,
                     )
+                    length = response.headers.get("content-length", "")
+                    if length.isdigit() and int(length) <= MAX_DRAINED_RESPONSE_BYTES:
+                        await response.aread()
         except (TimeoutError, httpx.TimeoutException):
-            return _Attempt(status=None, retry_after=None, error="timeout")
+            problem = "timeout"
         except httpx.HTTPError as exc:
-            return _Attempt(status=None, retry_after=None, error=f"connection error: {type(exc).__name__}")
+            problem = f"connection error: {type(exc).__name__}"
+        # The status line is the receiver's answer; the body is read only so the connection can be
+        # reused. A body that stalls or is cut short must not turn a 200 into a retry (a duplicate).
+        if answer is not None:
+            return answer
+        return _Attempt(status=None, retry_after=None, error=problem)

@@ -2,8 +2,10 @@
 
 RelayError
  ├ ConfigError          a MAIL_RELAY_* setting is missing or invalid (start-up only)
+ ├ ListenFailed         a listener cannot be opened (start-up only)
  ├ MessageParseError    an accepted message cannot be turned into a payload
- │  └ AttachmentTooLarge    one attachment exceeds MAX_ATTACHMENT_SIZE
+ │  ├ AttachmentTooLarge    one attachment exceeds MAX_ATTACHMENT_SIZE
+ │  └ HtmlTextTooLong       html2text output outgrew its budget (the plain part is used instead)
  └ DeliveryError        the webhook could not be reached or refused the message
 """
 
@@ -24,6 +26,16 @@ class ConfigError(RelayError, ValueError):
         self.expected = expected
 
 
+class ListenFailed(RelayError):
+    """A listener could not be opened; names the variables that chose its address."""
+
+    def __init__(self, variables: str, address: str, reason: OSError) -> None:
+        super().__init__(f"{variables}: cannot listen on {address}: {reason}")
+        self.variables = variables
+        self.address = address
+        self.reason = str(reason)
+
+
 class MessageParseError(RelayError):
     """The message bytes cannot be shaped into a webhook payload."""
 
@@ -36,6 +48,10 @@ class AttachmentTooLarge(MessageParseError):
         self.filename = filename
         self.size = size
         self.limit = limit
+
+
+class HtmlTextTooLong(MessageParseError):
+    """The HTML part's text conversion outgrew its budget (hostile nesting); see payload.html_to_text."""
 
 
 class DeliveryError(RelayError):

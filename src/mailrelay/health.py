@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import urllib.parse
 
 import structlog
 
@@ -15,13 +17,21 @@ HEALTH_PATH = "/health"
 REQUEST_HEAD_LIMIT = 16 * 1024
 READ_TIMEOUT_SECS = 10.0
 MAX_DISCARDED_BODY = 64 * 1024
+_ABSOLUTE_FORM = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 log = structlog.get_logger("mailrelay.health")
 
 
 def response_for(method: str, target: str) -> bytes:
-    """The full HTTP response for a request line's method and target (pure)."""
-    path = target.split("?", 1)[0].split("#", 1)[0]
+    """The full HTTP response for a request line's method and target (pure).
+
+    The target may be in origin form (`/health?x`) or absolute form (`http://host/health`), which
+    RFC 9112 3.2.2 says a server must accept.
+    """
+    if _ABSOLUTE_FORM.match(target):
+        path = urllib.parse.urlsplit(target).path or "/"
+    else:
+        path = target.split("?", 1)[0].split("#", 1)[0]
     if path == HEALTH_PATH:
         status, body = "200 OK", b""
     else:

@@ -14,9 +14,12 @@ import html2text
 
 from mailrelay.attachments import Attachment
 from mailrelay.dmarc import DmarcResult, DmarcVerdict
+from mailrelay.errors import HtmlTextTooLong
 from mailrelay.parsing import ParsedMessage, scrub
 
 HTML_TEXT_WIDTH = 80  # spec: HTML-to-text conversion at 80-character width
+HTML_TEXT_BUDGET_FACTOR = 4  # text may be this many times the HTML's length (markup only shrinks)...
+HTML_TEXT_BUDGET_BASE = 64 * 1024  # ...plus this, for short HTML with deep but legitimate nesting
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,9 +77,30 @@ def attachment_dict(attachment: Attachment) -> dict[str, Any]:
 
 
 def html_to_text(html: str) -> str:
-    """HTML -> plain text with html2text, wrapped at HTML_TEXT_WIDTH columns."""
+    """HTML -> plain text with html2text, wrapped at HTML_TEXT_WIDTH columns.
+
+    Raises HtmlTextTooLong once the text outgrows HTML_TEXT_BUDGET_FACTOR x the HTML (+ a constant):
+    html2text indents every line by its list/quote depth, so deeply nested or unclosed <ul>/<ol>/
+    <blockquote> make the text grow with the square of the input (40 KB of "<ul><li>a " gave 16 MB of
+    text; one 1 MB message would exhaust the memory of the whole relay).
+    """
     converter = html2text.HTML2Text()
     converter.body_width = HTML_TEXT_WIDTH
+    # html2text's default folds entities to ASCII (&eacute; -> "e", &uuml; -> "u") while literal "é"
+    # stays: the same word would read differently depending on how the sender's editor escaped it
+    converter.unicode_snob = True
+    budget = HTML_TEXT_BUDGET_FACTOR * len(html) + HTML_TEXT_BUDGET_BASE
+    produced = 0
+    write = converter.out
+
+    def counted(s: str) -> None:  # named like html2text's OutCallback parameter
+        nonlocal produced
+        produced += len(s)
+        if produced > budget:
+            raise HtmlTextTooLong(f"html2text produced over {budget} characters from {len(html)} of HTML")
+        write(s)
+
+    converter.out = counted
     return converter.handle(html)
 
 
@@ -117,7 +141,7 @@ def build_payload(
     if message.html_body is not None:
         try:
             body = html_to_text(message.html_body)
-        except Exception:  # html2text on hostile markup: fall back to the plain part
+        except Exception:  # html2text on hostile markup (HtmlTextTooLong, ...): fall back to the plain part
             body = message.text_body or ""
     else:
         body = message.text_body or ""

@@ -71,6 +71,8 @@ def test_allowed_webhook_urls(url: str) -> None:
         "ftp://127.0.0.1/hook",
         "127.0.0.1/hook",
         "https:///nohost",
+        pytest.param("https://example.com:99999/hook", id="port-above-65535"),
+        pytest.param("https://example.com:0/hook", id="port-0"),
     ],
 )
 def test_rejected_webhook_urls(url: str) -> None:

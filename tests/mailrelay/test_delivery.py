@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
@@ -175,3 +176,36 @@ async def test_per_attempt_timeout_bounds_a_hanging_receiver() -> None:
         result = await webhook(client, sleeps, timeout=0.01, max_retries=1).deliver(BODY, delivery_id="d")
     assert (result.outcome, result.attempts) == (DeliveryOutcome.TEMPORARY_FAILURE, 2)
     assert "timeout" in result.reason
+
+
+class StalledBody(httpx.AsyncByteStream):
+    """A response body that sends a few bytes of its announced length, then fails or never ends."""
+
+    def __init__(self, failure: Exception | None) -> None:
+        self.failure = failure
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b"abc"
+        if self.failure is not None:
+            raise self.failure
+        await asyncio.sleep(3600)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [pytest.param(httpx.RemoteProtocolError("peer closed"), id="cut-short"), pytest.param(None, id="stalls")],
+)
+async def test_2xx_whose_body_is_cut_short_or_stalls_is_still_delivered(failure: Exception | None) -> None:
+    """The status line is the answer: retrying after a 200 would post the message twice."""
+    requests: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(200, headers={"Content-Length": "10"}, stream=StalledBody(failure))
+
+    sleeps = Sleeps()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        result = await webhook(client, sleeps, timeout=0.05).deliver(BODY, delivery_id="d")
+    assert (result.outcome, result.attempts, result.status) == (DeliveryOutcome.DELIVERED, 1, 200)
+    assert len(requests) == 1
+    assert sleeps.waits == []

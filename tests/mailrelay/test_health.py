@@ -28,6 +28,17 @@ def test_other_paths_are_404_not_found(target: str) -> None:
     assert response.endswith(b"\r\n\r\nNot Found")
 
 
+@pytest.mark.parametrize("target", ["http://127.0.0.1:8080/health", "HTTP://relay.example/health?probe=1"])
+def test_absolute_form_target_for_health_is_200(target: str) -> None:
+    """RFC 9112 3.2.2: a server must accept the absolute form, as proxies and some probes send it."""
+    assert response_for("GET", target).startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+@pytest.mark.parametrize("target", ["http://relay.example/", "http://relay.example/healthz", "http://relay.example"])
+def test_absolute_form_target_elsewhere_is_404(target: str) -> None:
+    assert response_for("GET", target).endswith(b"\r\n\r\nNot Found")
+
+
 def test_head_has_no_body() -> None:
     assert response_for("HEAD", "/nope").endswith(b"\r\n\r\n")
 

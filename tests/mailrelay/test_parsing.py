@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import email.header
+
 import pytest
 
-from mailrelay.parsing import decode_bytes, decode_header_value, parse_message, scrub
+from mailrelay.parsing import HEADER_DECODE_PIECE, decode_bytes, decode_header_value, parse_message, scrub
 
 
 @pytest.mark.parametrize(
@@ -75,3 +77,31 @@ def test_headers_are_decoded_in_order() -> None:
 def test_eight_bit_header_bytes_are_decoded_as_utf8() -> None:
     message = parse_message("Subject: Grüße\r\n\r\nx".encode())
     assert message.subject == "Grüße"
+
+
+class TestLongHeaderValues:
+    """The stdlib decoder is quadratic in encoded words: long values are decoded piece by piece."""
+
+    def test_many_encoded_words_decode_across_pieces(self) -> None:
+        raw = "\r\n ".join(["=?utf-8?q?caf=C3=A9?=", "=?iso-8859-1?q?K=F6ln?="] * 2_000)
+        assert len(raw) > 10 * HEADER_DECODE_PIECE
+        assert decode_header_value(raw) == "caféKöln" * 2_000
+
+    def test_plain_and_mixed_words_keep_their_spaces_at_a_cut(self) -> None:
+        words = ["plain", "=?utf-8?q?caf=C3=A9?=", "text"] * 2_000
+        expected = " ".join(["plain", "café", "text"] * 2_000)
+        assert decode_header_value(" ".join(words)) == expected
+
+    def test_the_stdlib_decoder_only_sees_bounded_pieces(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        seen: list[int] = []
+        real = email.header.decode_header
+
+        def measuring(value: str) -> list[tuple[bytes | str, str | None]]:
+            seen.append(len(value))
+            return real(value)
+
+        monkeypatch.setattr(email.header, "decode_header", measuring)
+        raw = "\r\n ".join(["=?utf-8?q?caf=C3=A9?="] * 50_000)  # ~1 MB, seconds in one piece
+        assert decode_header_value(raw) == "café" * 50_000
+        assert len(seen) > 1
+        assert max(seen) <= HEADER_DECODE_PIECE + len("=?utf-8?q?caf=C3=A9?=")

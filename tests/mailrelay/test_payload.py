@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mailrelay.attachments import Attachment, DeliveryMode, inline_attachment
 from mailrelay.dmarc import DmarcResult, DmarcVerdict
+from mailrelay.errors import HtmlTextTooLong
 from mailrelay.parsing import MimePart, ParsedMessage, parse_message
 from mailrelay.payload import build_payload, html_to_text, select_headers
 
@@ -38,6 +41,32 @@ def test_html_wins_for_body_at_80_columns() -> None:
     assert payload.body == html_to_text(f"<p>{words}</p>")
     assert max(len(line) for line in payload.body.splitlines()) <= 80
     assert payload.body.count("\n") > 1
+
+
+def test_html_entities_keep_their_characters() -> None:
+    html = "<p>Gr&uuml;&szlig;e aus K&ouml;ln, caf&#233; &euro; &ldquo;q&rdquo; &amp; caf\u00e9</p>"
+    assert html_to_text(html) == "Grüße aus Köln, café € \u201cq\u201d & café\n\n"
+
+
+class TestHostileHtml:
+    """html2text indents each line by its nesting depth: unclosed lists make text grow quadratically."""
+
+    def test_quadratic_output_is_cut_off(self) -> None:
+        with pytest.raises(HtmlTextTooLong):
+            html_to_text("<ul><li>a " * 4_000)  # 40 KB of HTML; unchecked it became 16 MB of text
+
+    def test_the_payload_falls_back_to_the_plain_part(self) -> None:
+        html = "<ol>" + "<li><ol>" * 4_000 + "x"
+        payload = build_payload(
+            sender="a@x.org", recipient="r@x.org", message=message(text_body="plain\n", html_body=html)
+        )
+        assert (payload.body, payload.html_body) == ("plain\n", html)
+
+    def test_legitimate_nesting_is_still_converted(self) -> None:
+        html = "<ul>" + "<li>item<ul>" * 12 + "<li>leaf</li>" + "</ul></li>" * 12 + "</ul>"
+        text = html_to_text(html)
+        assert text.rstrip().endswith("* leaf")
+        assert text.count("* item") == 12
 
 
 def test_plain_text_is_the_body_without_html() -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 
 import httpx
+import pytest
 
 from mailrelay.breaker import BreakerState, CircuitBreaker
 from mailrelay.delivery import WebhookClient
@@ -121,14 +123,38 @@ async def test_dmarc_seam_adds_its_fields() -> None:
     assert (payload["dmarc_result"], payload["authenticated_from"]) == ("pass", "al@example.org")
 
 
-async def test_big_messages_are_shaped_in_a_worker_thread_with_the_same_result() -> None:
-    html = "<p>" + "word " * 40_000 + "</p>"
+@pytest.mark.parametrize("words", [pytest.param(6_000, id="30KiB-newsletter"), pytest.param(40_000, id="200KiB")])
+async def test_big_messages_are_shaped_in_a_worker_thread_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch, words: int
+) -> None:
+    """html2text needs ~1 ms per KiB: even a typical newsletter converted inline stalls every session."""
+    offloaded: list[str] = []
+    real_to_thread = asyncio.to_thread
+
+    async def recording_to_thread(function: Callable[..., object], /, *args: object) -> object:
+        offloaded.append(getattr(function, "func", function).__name__)
+        return await real_to_thread(function, *args)
+
+    monkeypatch.setattr("mailrelay.relay.asyncio.to_thread", recording_to_thread)
+    html = "<p>" + "word " * words + "</p>"
     raw = f"Subject: big\r\nContent-Type: text/html\r\n\r\n{html}\r\n".encode()
     assert len(raw) > INLINE_WORK_LIMIT
     recorder, clients = Recorder(), list[httpx.AsyncClient]()
     reply = await make_relay(recorder, clients).handle_envelope(envelope(raw), Session(peer_ip="x"))
     await clients[0].aclose()
     assert reply == r.MESSAGE_ACCEPTED
+    assert offloaded == ["parse_message", "build_payload"]
     payload = json.loads(recorder.bodies[0])
     assert payload["html_body"] == html + "\n"
     assert payload["body"].startswith("word word")
+
+
+async def test_small_messages_are_shaped_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def no_threads(function: Callable[..., object], /, *args: object) -> object:
+        raise AssertionError("a small message left the event loop")
+
+    monkeypatch.setattr("mailrelay.relay.asyncio.to_thread", no_threads)
+    recorder, clients = Recorder(), list[httpx.AsyncClient]()
+    reply = await make_relay(recorder, clients).handle_envelope(envelope(), Session(peer_ip="x"))
+    await clients[0].aclose()
+    assert reply == r.MESSAGE_ACCEPTED

@@ -111,6 +111,14 @@ class RelaySMTP(SMTP):
         else:
             self.relay_session = Session(peer_ip="unknown")
 
+    def eof_received(self) -> bool:
+        """The client closed its sending side. Stock aiosmtpd cancels the session here, which drops
+        the replies to commands already received (even the 250 of a message it goes on to deliver);
+        instead the reader sees EOF after the buffered commands, and they are all answered."""
+        self._reader.feed_eof()
+        # a plain transport stays open so the replies can be written; TLS cannot half-close
+        return self._tls_protocol is None
+
     def connection_lost(self, error: Exception | None) -> None:
         if self._lost:
             return
@@ -126,7 +134,7 @@ class RelaySMTP(SMTP):
             return
         assert isinstance(transport, asyncio.WriteTransport)
         transport.write(reply.line())
-        transport.close()
+        self._close()
 
     def _touch(self) -> None:
         self._last_activity = self.loop.time()
@@ -152,6 +160,11 @@ class RelaySMTP(SMTP):
     def _close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+        if self._original_transport is not None:
+            # A TLS close waits for the client's close_notify (up to 30 s), which an idle or hostile
+            # client never sends; the reply and our close_notify are already queued on the socket
+            # below, so close it too: the session (and its per-IP slot) ends now, not 30 s later.
+            self._original_transport.close()
 
     async def _handle_client(self) -> None:
         session = self.relay_session

@@ -87,6 +87,39 @@ def test_disconnect_mid_data_delivers_nothing(relay: RelayProcess, webhook: Webh
     assert len(requests) == 1
 
 
+def test_client_that_half_closes_after_quit_gets_every_reply(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    """A client may send its whole transaction and QUIT, then shut down its sending side: the
+    message is delivered, so the client must still get the 250 (and the 221), not a silent close."""
+    with relay.raw() as client:
+        client.reply()
+        client.send(
+            f"EHLO tester\r\nMAIL FROM:<alice@example.org>\r\nRCPT TO:<{TARGET}>\r\nDATA\r\n".encode()
+            + b"Subject: half-closed\r\n\r\nbody\r\n.\r\nQUIT\r\n"
+        )
+        client.sock.shutdown(socket.SHUT_WR)
+        assert client.reply()[-1].startswith(b"250 STARTTLS")
+        assert [client.reply(), client.reply(), client.reply()] == [
+            [b"250 OK"],
+            [b"250 OK"],
+            [b"354 Start mail input; end with <CRLF>.<CRLF>"],
+        ]
+        assert client.reply() == [b"250 OK: Message accepted for delivery"]
+        assert client.reply() == [b"221 Bye"]
+        assert client.closed_by_server()
+    assert [json.loads(r.body)["subject"] for r in webhook.wait_for(1)] == ["half-closed"]
+
+
+def test_half_close_mid_data_delivers_nothing(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+    with start_data(relay) as client:
+        client.send(b"Subject: cut\r\n\r\nno final dot\r\n")
+        client.sock.shutdown(socket.SHUT_WR)
+        assert client.closed_by_server()
+    with relay.smtp() as smtp:  # the next message is the only one that arrives
+        smtp.ehlo()
+        smtp.sendmail("alice@example.org", [TARGET], b"Subject: next\r\n\r\nbody\r\n")
+    assert [json.loads(r.body)["subject"] for r in webhook.wait_for(1)] == ["next"]
+
+
 def test_per_ip_session_cap_answers_421(
     start_relay: Callable[..., RelayProcess],
     receiver: WebhookReceiver,

@@ -101,3 +101,16 @@ def test_port_in_use_exits_1(tmp_path: Path) -> None:
         result = run_relay(tmp_path, **VALID, PORT=str(port))
     assert result.returncode == 1
     assert "listen_failed" in result.stderr
+    assert "MAIL_RELAY_BIND_ADDRESS/MAIL_RELAY_PORT" in result.stderr
+    assert f"127.0.0.1:{port}" in result.stderr
+
+
+def test_health_port_in_use_exits_1_naming_the_health_variables(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_relay(tmp_path, **VALID, HEALTH_PORT=str(port))
+    assert result.returncode == 1
+    assert "MAIL_RELAY_HEALTH_BIND_ADDRESS/MAIL_RELAY_HEALTH_PORT" in result.stderr
+    assert f"127.0.0.1:{port}" in result.stderr

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import signal
+import ssl
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,25 @@ def test_signal_stops_with_exit_0_and_421_to_idle_sessions(
         assert relay.stop(sig) == 0
         assert idle.reply() == [str(r.SHUTTING_DOWN).encode()]
         assert idle.closed_by_server()
+    assert "mailrelay_stopped" in relay.logs()
+
+
+def test_idle_tls_session_does_not_hold_up_shutdown(
+    start_relay: Callable[..., RelayProcess],
+    receiver: WebhookReceiver,
+    tls_files: tuple[Path, Path],
+    client_tls_context: ssl.SSLContext,
+) -> None:
+    """An idle client never answers the TLS close_notify: the 421 must still end its session at
+    once, or the relay waits out the whole grace period (set far beyond stop()'s patience here)."""
+    cert, key = tls_files
+    relay = start_relay(WEBHOOK_URL=receiver.url, TLS_CERT=str(cert), TLS_KEY=str(key), SHUTDOWN_GRACE="120")
+    with relay.smtp() as smtp:
+        smtp.ehlo()
+        smtp.starttls(context=client_tls_context)
+        smtp.ehlo()
+        assert relay.stop() == 0  # exited by itself, not killed after STOP_TIMEOUT_SECS
+        assert smtp.getreply() == (r.SHUTTING_DOWN.code, r.SHUTTING_DOWN.text.encode())
     assert "mailrelay_stopped" in relay.logs()
 
 
