@@ -117,6 +117,7 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None) -> None:
                 max_message_size=settings.max_message_size,
                 idle_timeout=settings.idle_timeout,
                 max_concurrent_per_ip=settings.max_concurrent_per_ip,
+                max_sessions=settings.max_sessions,
                 max_unknown_recipients=settings.max_unknown_rcpts_per_session,
             ),
             handler=relay,

@@ -27,6 +27,8 @@ DEFAULT_BREAKER_RESET_SECS = 60.0
 DEFAULT_MAX_MESSAGE_SIZE = 26_214_400
 DEFAULT_MAX_ATTACHMENT_SIZE = 10_485_760
 DEFAULT_MAX_CONCURRENT_PER_IP = 10
+# Postfix's default smtpd process limit: sessions beyond it get 421 instead of memory.
+DEFAULT_MAX_SESSIONS = 100
 DEFAULT_MAX_UNKNOWN_RCPTS = 3
 DEFAULT_IDLE_TIMEOUT_SECS = 300.0  # RFC 5321 4.5.3.2.7: server timeout of 5 minutes
 DEFAULT_SHUTDOWN_GRACE_SECS = 30.0
@@ -60,6 +62,7 @@ KNOWN_NAMES = frozenset(
         "TLS_KEY",
         "LOG_LEVEL",
         "MAX_CONCURRENT_PER_IP",
+        "MAX_SESSIONS",
         "MAX_UNKNOWN_RCPTS_PER_SESSION",
         "IDLE_TIMEOUT",
         "SHUTDOWN_GRACE",
@@ -93,6 +96,7 @@ class Settings:
     tls_key: Path | None = None
     log_level: str = "INFO"
     max_concurrent_per_ip: int = DEFAULT_MAX_CONCURRENT_PER_IP
+    max_sessions: int = DEFAULT_MAX_SESSIONS
     max_unknown_rcpts_per_session: int = DEFAULT_MAX_UNKNOWN_RCPTS
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT_SECS
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE_SECS
@@ -155,6 +159,7 @@ def parse_settings(environ: Mapping[str, str]) -> Settings:
         tls_key=tls_key,
         log_level=reader.get("LOG_LEVEL", "INFO", _log_level),
         max_concurrent_per_ip=reader.get("MAX_CONCURRENT_PER_IP", DEFAULT_MAX_CONCURRENT_PER_IP, _positive_int),
+        max_sessions=reader.get("MAX_SESSIONS", DEFAULT_MAX_SESSIONS, _positive_int),
         max_unknown_rcpts_per_session=reader.get(
             "MAX_UNKNOWN_RCPTS_PER_SESSION", DEFAULT_MAX_UNKNOWN_RCPTS, _non_negative_int
         ),
@@ -195,8 +200,10 @@ _URL_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:)[^/@]*
 
 
 def _without_password(raw: str) -> str:
-    """A URL's userinfo password is a secret too: `https://user:pw@host` is shown as `https://user:***@host`."""
-    return _URL_PASSWORD.sub(r"\g<head>***@", raw)
+    """A URL's userinfo password and query are secrets too: `https://user:pw@host/x?token=t` is shown as
+    `https://user:***@host/x?***`."""
+    shown = _URL_PASSWORD.sub(r"\g<head>***@", raw)
+    return shown.split("?", 1)[0] + "?***" if "?" in shown else shown
 
 
 def _email_list(raw: str) -> frozenset[str]:

@@ -164,3 +164,10 @@ def test_url_password_is_not_echoed() -> None:
         parse_settings(settings_with(WEBHOOK_URL="http://user:hunter2@example.com/hook"))
     assert "hunter2" not in str(caught.value)
     assert "http://user:***@example.com/hook" in str(caught.value)
+
+
+def test_webhook_url_query_is_not_shown_in_errors() -> None:
+    from mailrelay.config import _without_password
+
+    assert _without_password("https://u:pw@hook.example/x?token=s3cret") == "https://u:***@hook.example/x?***"
+    assert _without_password("https://hook.example/x") == "https://hook.example/x"

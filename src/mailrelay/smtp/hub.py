@@ -7,6 +7,7 @@ import asyncio
 import collections
 from typing import Protocol
 
+from mailrelay.smtp import replies
 from mailrelay.smtp.replies import Reply
 
 
@@ -23,20 +24,24 @@ class ConnectionHub:
     """Bookkeeping shared by all connections of one listener: per-IP counts, live sessions,
     deliveries still running, and the shutting-down flag."""
 
-    def __init__(self, *, max_per_ip: int) -> None:
+    def __init__(self, *, max_per_ip: int, max_sessions: int = 100) -> None:
         self.max_per_ip = max_per_ip
+        self.max_sessions = max_sessions
         self.per_ip: collections.Counter[str] = collections.Counter()
         self.connections: set[Connection] = set()
         self.deliveries: set[asyncio.Task[Reply]] = set()
         self.shutting_down = False
         self._changed = asyncio.Event()
 
-    def admit(self, connection: Connection, ip: str) -> bool:
+    def admit(self, connection: Connection, ip: str) -> Reply | None:
+        """Take the session, or the 421 to refuse it with: server-wide cap first, then the per-IP cap."""
+        if len(self.connections) >= self.max_sessions:
+            return replies.TOO_MANY_SESSIONS
         if self.per_ip[ip] >= self.max_per_ip:
-            return False
+            return replies.TOO_MANY_CONNECTIONS
         self.per_ip[ip] += 1
         self.connections.add(connection)
-        return True
+        return None
 
     def release(self, connection: Connection, ip: str) -> None:
         if connection in self.connections:

@@ -168,9 +168,10 @@ class RelaySMTP(SMTP):
 
     async def _handle_client(self) -> None:
         session = self.relay_session
-        if not self.hub.admit(self, session.peer_ip):
-            log.warning("smtp_too_many_connections", peer=session.peer_ip)
-            self.close_with(r.TOO_MANY_CONNECTIONS)
+        refusal = self.hub.admit(self, session.peer_ip)
+        if refusal is not None:
+            log.warning("smtp_too_many_connections", peer=session.peer_ip, reply=refusal.code)
+            self.close_with(refusal)
             return
         self._admitted = True
         if self.hub.shutting_down:

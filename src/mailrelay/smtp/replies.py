@@ -57,6 +57,7 @@ MESSAGE_UNPARSABLE = Reply(code=554, text="5.6.0 Message could not be parsed")
 LOCAL_ERROR = Reply(code=451, text="4.3.0 Local error in processing")
 
 # connection hygiene and shutdown: 421 always closes the connection (RFC 5321 3.8)
+TOO_MANY_SESSIONS = Reply(code=421, text="4.3.2 Too many connections, try again later")
 TOO_MANY_CONNECTIONS = Reply(code=421, text="4.7.0 Too many connections from your address, try again later")
 TOO_MANY_UNKNOWN_RCPTS = Reply(code=421, text="4.7.0 Too many unknown recipients, closing connection")
 TOO_MANY_BAD_COMMANDS = Reply(code=421, text="4.7.0 Too many unrecognized commands, closing connection")

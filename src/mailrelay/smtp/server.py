@@ -27,7 +27,7 @@ class SmtpServer:
         self.handler = handler
         self.tls_context = tls_context
         self.sender_policy = sender_policy
-        self.hub = ConnectionHub(max_per_ip=options.max_concurrent_per_ip)
+        self.hub = ConnectionHub(max_per_ip=options.max_concurrent_per_ip, max_sessions=options.max_sessions)
         self._server: asyncio.Server | None = None
 
     def _protocol(self) -> RelaySMTP:

@@ -104,6 +104,7 @@ class SmtpOptions:
     max_message_size: int
     idle_timeout: float = 300.0
     max_concurrent_per_ip: int = 10
+    max_sessions: int = 100
     max_unknown_recipients: int = 3
 
 

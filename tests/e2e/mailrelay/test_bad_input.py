@@ -135,3 +135,28 @@ def test_per_ip_session_cap_answers_421(
     finally:
         first.close()
         second.close()
+
+
+def test_server_wide_session_cap_answers_421(
+    start_relay: Callable[..., RelayProcess],
+    receiver: WebhookReceiver,
+) -> None:
+    """MAX_SESSIONS bounds memory however many addresses the clients come from."""
+    relay = start_relay(WEBHOOK_URL=receiver.url, MAX_SESSIONS="2", MAX_CONCURRENT_PER_IP="10")
+    first, second = relay.raw(), relay.raw()
+    try:
+        assert first.reply()[0].startswith(b"220")
+        assert second.reply()[0].startswith(b"220")
+        with relay.raw() as third:
+            assert third.reply() == [str(r.TOO_MANY_SESSIONS).encode()]
+            assert third.closed_by_server()
+    finally:
+        first.close()
+        second.close()
+    for _ in range(100):  # the server frees the slots when it sees the two connections close
+        with relay.raw() as fourth:
+            if fourth.reply()[0].startswith(b"220"):
+                break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("the freed sessions were never admitted again")
