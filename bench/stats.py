@@ -1,0 +1,27 @@
+"""Percentiles and spreads, without numpy."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+
+def percentile(ordered: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile of an already sorted sequence; ``nan`` when it is empty."""
+    if not ordered:
+        return math.nan
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def spread_pct(values: Sequence[float]) -> float:
+    """(max - min) / median, in percent: how far apart the rounds of one row landed."""
+    if len(values) < 2:
+        return 0.0
+    mid = statistics.median(values)
+    return (max(values) - min(values)) / mid * 100 if mid else math.nan

@@ -1,0 +1,71 @@
+"""Smoke test of the benchmark harness: every scenario runs for a fraction of a second and yields a number.
+
+No timing is asserted (timings never go into pass/fail tests); the Python load generator is used so the
+test needs no wrk. The peer stack needs the ``bench`` extra (PyJWT, slowapi) and is skipped without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import pytest
+
+from bench import harness, profile, report, scenarios, stats
+
+SMOKE = harness.Options(rounds=1, duration=0.3, warmup=0.0, connections=4, loadgen="python", write=False)
+BENCH_EXTRA = all(importlib.util.find_spec(name) is not None for name in ("jwt", "slowapi"))
+NAMES = [scenario.name for scenario in scenarios.SCENARIOS]
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, report.RowResult]:
+    rows = tuple(name for name in NAMES if BENCH_EXTRA or name != "peer-stack")
+    return harness.run(dataclasses.replace(SMOKE, rows=rows))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_scenario_produces_a_number_or_says_why_not(results: dict[str, report.RowResult], name: str) -> None:
+    if name == "peer-stack" and not BENCH_EXTRA:
+        pytest.skip("the bench extra (PyJWT, slowapi) is not installed: pip install -e '.[dev,bench]'")
+    row = results[name]
+    assert row.failure is None, row.failure
+    if row.unavailable is not None:
+        assert row.unavailable.startswith("n/a ("), row.unavailable
+        return
+    [sample] = row.samples
+    assert sample.requests > 0
+    assert sample.non_2xx == 0 and sample.errors == 0, row.notes
+    assert sample.rate > 0 and sample.p50_ms > 0
+
+
+@pytest.mark.slow
+def test_document_has_one_table_row_per_scenario_and_every_target(results: dict[str, report.RowResult]) -> None:
+    from datetime import UTC, datetime
+
+    text = harness.document(results, SMOKE, profile=None, when=datetime(2026, 1, 2, tzinfo=UTC))
+    table_rows = report.table(results).splitlines()[2:]
+    assert [line.split(" | ")[0].lstrip("| ") for line in table_rows] == list(results)
+    assert text.count("`bastion-secured` >= ") == 2
+    assert "`mailrelay (4 conn)` >= 0.5x" in text
+
+
+def test_profile_folds_collapsed_stacks_by_layer_file_and_function() -> None:
+    collapsed = "\n".join(
+        [
+            "main (bastion/cli.py:1);Outer.__call__ (bastion/a.py:5);Inner.__call__ (bastion/b.py:9) 3",
+            "main (bastion/cli.py:1);Outer.__call__ (bastion/a.py:6);send (uvicorn/protocols/x.py:2) 1",
+        ]
+    )
+    folded = profile.fold(collapsed)
+    assert folded.total == 4
+    assert folded.by_layer["Inner (bastion/b.py)"] == 3
+    assert folded.by_layer["uvicorn (HTTP protocol, socket writes)"] == 1
+    assert folded.by_file["bastion/b.py"] == 3
+    assert folded.inclusive["Outer.__call__ (bastion/a.py)"] == 4
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert stats.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
+    assert stats.percentile([1.0, 2.0, 3.0, 4.0], 99) == 4.0
