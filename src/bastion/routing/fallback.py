@@ -65,7 +65,11 @@ class Dispatcher:
         if resolved is not None:
             if not resolved.method_allowed:
                 raise MethodNotAllowed(headers=[("allow", ", ".join(sorted(resolved.allowed_methods)))])
-            handler = resolved.entry.handler or self.versioned
+            handler = resolved.entry.handler
+            if handler is None:
+                await self.versioned(scope, receive, send)
+                return
+            scope["path_params"] = resolved.path_params
             await handler(scope, receive, send)
             return
         partial: BaseRoute | None = None

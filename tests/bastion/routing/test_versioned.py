@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+from fastapi import APIRouter, Depends, Request
 
 from bastion import ConfigError, Deprecation, Service, VersionedApi, load_settings
 
@@ -131,3 +132,37 @@ class TestOpenApi:
         service.version(4).get("/items")(lambda: [])
         service.deprecate(3, replacement=1)
         assert (await client.get("/api/v3/openapi.json")).json()["info"]["x-deprecated"] is True
+
+
+class TestRouterLevelFeatures:
+    async def test_router_and_include_dependencies_run(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+        calls: list[str] = []
+
+        async def version_dep(request: Request) -> None:
+            calls.append("version")
+
+        async def include_dep(request: Request) -> None:
+            calls.append("include")
+
+        service = Service()
+        v1 = service.version(1, dependencies=[Depends(version_dep)])
+        inner = APIRouter(prefix="/inner")
+
+        @inner.get("/items/{item_id}")
+        async def item(item_id: int) -> dict[str, int]:
+            return {"id": item_id}
+
+        v1.include_router(inner, dependencies=[Depends(include_dep)])
+        response = await asgi_client(service).get("/api/v1/inner/items/5")
+        assert response.json() == {"id": 5}
+        assert calls == ["version", "include"]
+
+    async def test_path_parameter_validation_still_applies(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+        service = Service()
+
+        @service.version(1).get("/items/{item_id}")
+        async def item(item_id: int) -> dict[str, int]:
+            return {"id": item_id}
+
+        response = await asgi_client(service).get("/api/v1/items/abc")
+        assert response.status_code == 422
