@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 from bastion.types import Scope
@@ -9,6 +10,7 @@ from bastion.types import Scope
 UNKNOWN = "unknown"
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_ip(value: str) -> str | None:
     """A normalized IP string (IPv4-mapped IPv6 as IPv4, brackets and ports removed), or ``None``."""
     text = value.strip()

@@ -32,6 +32,10 @@ def bearer_token(values: list[bytes], *, max_token_bytes: int, realm: str = "api
     Raises TokenError (``UNAUTHORIZED``) when it is missing, repeated or malformed, InvalidToken when it
     is longer than ``max_token_bytes``; each carries its RFC 6750 challenge.
     """
+    if len(values) == 1 and len(values[0]) <= max_token_bytes + 16:
+        match = _BEARER.fullmatch(values[0])
+        if match is not None:
+            return match.group(1).decode("ascii")
     invalid_request = _challenge(realm, "invalid_request", "malformed Authorization header")
     if not values:
         raise TokenError("Missing bearer token", headers=[_challenge(realm)])

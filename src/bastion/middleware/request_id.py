@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 
 import structlog
 
@@ -38,7 +38,7 @@ class RequestIdMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        request_id = incoming_request_id(scope["headers"]) or uuid.uuid4().hex
+        request_id = incoming_request_id(scope["headers"]) or os.urandom(16).hex()
         scope[SCOPE_REQUEST_ID] = request_id
         raw = request_id.encode("ascii")
 

@@ -114,14 +114,20 @@ class PolicyAuthorizer:
         return attributes
 
     def context_of(self, scope: Scope, claims: Claims) -> dict[str, Any]:
-        user_agent = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"user-agent"), "")
-        return {
-            "ip_address": client_ip(scope, trust_forwarded=self.trust_forwarded),
-            "timestamp": self.now(),
-            "user_agent": user_agent,
-            "request_id": scope.get(SCOPE_REQUEST_ID, ""),
-            "roles": list(claims.roles),
-        }
+        """The request context; only the attributes the loaded policies read are computed."""
+        wanted = self.engine.current.context_attributes
+        context: dict[str, Any] = {}
+        if wanted is None or "ip_address" in wanted:
+            context["ip_address"] = client_ip(scope, trust_forwarded=self.trust_forwarded)
+        if wanted is None or "timestamp" in wanted:
+            context["timestamp"] = self.now()
+        if wanted is None or "user_agent" in wanted:
+            context["user_agent"] = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"user-agent"), "")
+        if wanted is None or "request_id" in wanted:
+            context["request_id"] = scope.get(SCOPE_REQUEST_ID, "")
+        if wanted is None or "roles" in wanted:
+            context["roles"] = list(claims.roles)
+        return context
 
     async def decide(self, scope: Scope, claims: Claims) -> tuple[str, Decision]:
         """The decision for an HTTP request (action from the resolved route or the normalizer)."""

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from bastion.policy.engine import Decision
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, list | tuple | set | frozenset):
+        return tuple(_frozen(item) for item in value)
+    return value
 
 
 def decision_key(
@@ -19,13 +25,13 @@ def decision_key(
     action: str,
     resource: Mapping[str, Any],
     context: Mapping[str, Any],
-) -> str:
-    """A hash of the policy version, principal attributes, action, resource attributes and the context
-    attributes the loaded policies actually read (callers pass only those)."""
-    material = json.dumps(
-        [digest, principal, action, resource, context], sort_keys=True, separators=(",", ":"), default=str
-    )
-    return hashlib.blake2b(material.encode(), digest_size=16).hexdigest()
+) -> Hashable:
+    """Everything a decision depends on: the policy version, principal attributes, action, resource attributes
+    and the context attributes the loaded policies actually read (callers pass only those).
+
+    A tuple, not a digest: hashing it is a fraction of a microsecond and it cannot collide.
+    """
+    return (digest, action, _frozen(principal), _frozen(resource), _frozen(context))
 
 
 class DecisionCache:
@@ -35,11 +41,11 @@ class DecisionCache:
         self.size = size
         self.ttl_secs = ttl_secs
         self._clock = clock
-        self._entries: OrderedDict[str, tuple[Decision, float]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[Decision, float]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: str) -> Decision | None:
+    def get(self, key: Hashable) -> Decision | None:
         entry = self._entries.get(key)
         if entry is None or entry[1] <= self._clock():
             if entry is not None:
@@ -50,7 +56,7 @@ class DecisionCache:
         self.hits += 1
         return entry[0]
 
-    def put(self, key: str, decision: Decision) -> None:
+    def put(self, key: Hashable, decision: Decision) -> None:
         if decision.failed or not self.size or self.ttl_secs <= 0:
             return
         self._entries[key] = (decision, self._clock() + self.ttl_secs)
