@@ -34,8 +34,8 @@ relay: install
 	exec $(BIN)/mailrelay
 
 lint: install
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff format --check src tests examples bench
 
 typecheck: install
 	$(BIN)/mypy
