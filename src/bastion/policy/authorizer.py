@@ -15,7 +15,7 @@ from bastion.auth.claims import Claims
 from bastion.client_ip import client_ip
 from bastion.config import PolicySettings
 from bastion.errors import PolicyDenied, PolicyError
-from bastion.policy.cache import DecisionCache, decision_key
+from bastion.policy.cache import DecisionCache, frozen_flat
 from bastion.policy.engine import Decision, LoadedPolicies, PolicyEngine, PolicyLoadError, evaluate
 from bastion.policy.normalize import Normalizer, default_normalizer
 from bastion.routing.resolve import ResolvedRoute
@@ -150,21 +150,17 @@ class PolicyAuthorizer:
         context: dict[str, Any],
     ) -> Decision:
         """Decide one request, through the decision cache (HTTP and gRPC share this)."""
-        principal = principal_of(claims)
         policies = self.engine.current
         referenced = policies.context_attributes
         keyed_context = context if referenced is None else {k: v for k, v in context.items() if k in referenced}
-        key = decision_key(
-            digest=policies.digest,
-            principal=principal[2],
-            action=action,
-            resource=resource[2],
-            context=keyed_context,
-        )
+        # The principal's attributes all come from these claims (tuples already), so they key it directly.
+        principal_key = (claims.sub, claims.roles, claims.perms, claims.username, claims.email, claims.client_id)
+        key = (policies.digest, action, principal_key, frozen_flat(resource[2]), frozen_flat(keyed_context))
         cached = self.cache.get(key)
         if cached is not None:
             return cached
         self.evaluations += 1
+        principal = principal_of(claims)
         decision = evaluate(policies, principal=principal, action=action, resource=resource, context=context)
         self.cache.put(key, decision)
         return decision

@@ -18,6 +18,17 @@ def _frozen(value: Any) -> Any:
     return value
 
 
+def frozen_flat(values: Mapping[str, Any]) -> Hashable:
+    """A hashable form of a flat mapping of plain values (the common case), else of any nesting."""
+    items = tuple(sorted(values.items()))
+    try:
+        hash(items)
+    except TypeError:
+        nested: Hashable = _frozen(values)
+        return nested
+    return items
+
+
 def decision_key(
     *,
     digest: str,
@@ -31,7 +42,7 @@ def decision_key(
 
     A tuple, not a digest: hashing it is a fraction of a microsecond and it cannot collide.
     """
-    return (digest, action, _frozen(principal), _frozen(resource), _frozen(context))
+    return (digest, action, frozen_flat(principal), frozen_flat(resource), frozen_flat(context))
 
 
 class DecisionCache:

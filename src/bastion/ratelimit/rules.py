@@ -22,6 +22,7 @@ Pure logic: no I/O, no event loop.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bastion.errors import ConfigError
+
+MATCH_CACHE_SIZE = 4096
 
 if TYPE_CHECKING:
     from bastion.config import RouteRule as RouteRuleSettings
@@ -205,6 +208,7 @@ class RouteRules:
             else:
                 self._insert(rule)
         self._set_tails(self._root)
+        self._match_cached = functools.lru_cache(maxsize=MATCH_CACHE_SIZE)(self._match_uncached)
 
     @classmethod
     def from_settings(cls, routes: Mapping[str, RouteRuleSettings]) -> RouteRules:
@@ -249,9 +253,15 @@ class RouteRules:
             node.rest.tails = tuple(sorted(_tail_lengths(node.rest)))
 
     def match(self, method: str, path: str) -> RouteRule | None:
-        """The highest-priority rule for a request, or ``None`` (the global limits apply)."""
+        """The highest-priority rule for a request, or ``None`` (the global limits apply).
+
+        Answers for recent ``(method, path)`` pairs are remembered (a bounded LRU): most traffic repeats paths.
+        """
         if not self.rules:
             return None
+        return self._match_cached(method, path)
+
+    def _match_uncached(self, method: str, path: str) -> RouteRule | None:
         method = method.upper()
         segments = path_segments(path)
         normalized = "/" + "/".join(segments)
