@@ -65,6 +65,13 @@ def _use_wrk(options: Options) -> bool | None:
 
 
 def _load(scenario: Scenario, target: Target, seconds: float, options: Options) -> Sample:
+    if scenario.kind == "grpc":
+        return loadgen.grpc_load(
+            target.grpc_address,
+            duration=seconds,
+            concurrency=scenario.connections or options.connections,
+            token=target.grpc_token,
+        )
     if scenario.kind == "smtp":
         return loadgen.smtp_load(target.smtp_port, duration=seconds, connections=scenario.connections or 1, rcpt=RCPT)
     return loadgen.http_load(

@@ -112,6 +112,13 @@ def http_load(
         Path(script.name).unlink(missing_ok=True)
 
 
+def grpc_load(address: str, *, duration: float, concurrency: int, token: str | None) -> Sample:
+    """Unary gRPC calls to ``address`` for ``duration`` seconds, ``concurrency`` in flight (bench.grpcload)."""
+    argv = [sys.executable, "-m", "bench.grpcload", address, "--duration", str(duration)]
+    argv += ["--concurrency", str(concurrency)] + (["--token", token] if token else [])
+    return _run(argv, name="grpcload", timeout=duration + GRACE_SECS)
+
+
 def smtp_load(port: int, *, duration: float, connections: int, rcpt: str) -> Sample:
     """Send messages to ``127.0.0.1:port`` for ``duration`` seconds over ``connections`` SMTP sessions."""
     argv = [sys.executable, "-m", "bench.smtpload", str(port), "--duration", str(duration)]

@@ -65,6 +65,8 @@ class Target:
     url: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     smtp_port: int = 0
+    grpc_address: str = ""
+    grpc_token: str | None = None
     measured: list[int] = field(default_factory=list)
     """PIDs of the system under test: their CPU is the row's server CPU."""
     helpers: dict[str, int] = field(default_factory=dict)
@@ -84,7 +86,7 @@ class Scenario:
     """One row: ``kind`` says which load generator drives it; ``ceiling`` names the row it is compared with."""
 
     name: str
-    kind: Literal["http", "smtp", "none"]
+    kind: Literal["http", "grpc", "smtp", "none"]
     start: Start | None
     connections: int | None = None
     ceiling: str | None = None
@@ -243,6 +245,28 @@ def bastion_secured_distributed(ws: Workspace) -> Iterator[Target]:
         valkey.stop()
 
 
+@contextlib.contextmanager
+def grpc_bare(ws: Workspace) -> Iterator[Target]:
+    port = free_port()
+    server = ServerProcess(
+        "grpclib", [sys.executable, "-m", "bench.apps.grpc_bare", str(port)], log_path=ws.log("grpclib")
+    )
+    try:
+        server.wait_ready(lambda: port_open(port))
+        yield Target(grpc_address=f"127.0.0.1:{port}", measured=[server.pid])
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def grpc_secured(ws: Workspace) -> Iterator[Target]:
+    """The same service through ``bastion run``: token auth, local rate limiting and Cedar policy on each call."""
+    with bastion_secured(ws) as target:
+        target.grpc_address = target.url.split("//", 1)[1].split("/", 1)[0]
+        target.grpc_token = ws.token
+        yield target
+
+
 def _valkey_commands(url: str) -> int:
     import redis
 
@@ -325,7 +349,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="bastion-open", kind="http", start=bastion_open, ceiling="raw"),
     Scenario(name="bastion-secured", kind="http", start=bastion_secured, ceiling="raw"),
     Scenario(name="bastion-secured-distributed", kind="http", start=bastion_secured_distributed, ceiling="raw"),
-    Scenario(name="grpc-secured", kind="none", start=None, unavailable="n/a (gRPC not yet available)"),
+    Scenario(name="grpclib-bare", kind="grpc", start=grpc_bare),
+    Scenario(name="grpc-secured", kind="grpc", start=grpc_secured, ceiling="grpclib-bare"),
     Scenario(name="aiosmtpd (1 conn)", kind="smtp", start=aiosmtpd, connections=1),
     Scenario(name="aiosmtpd (4 conn)", kind="smtp", start=aiosmtpd, connections=4),
     Scenario(name="mailrelay (1 conn)", kind="smtp", start=mailrelay, connections=1, ceiling="aiosmtpd (1 conn)"),
