@@ -7,28 +7,23 @@ test needs no wrk. The peer stack needs the ``bench`` extra (PyJWT, slowapi) and
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 
 import pytest
 
 from bench import harness, profile, report, scenarios, stats
 
 SMOKE = harness.Options(rounds=1, duration=0.3, warmup=0.0, connections=4, loadgen="python", write=False)
-BENCH_EXTRA = all(importlib.util.find_spec(name) is not None for name in ("jwt", "slowapi"))
 NAMES = [scenario.name for scenario in scenarios.SCENARIOS]
 
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, report.RowResult]:
-    rows = tuple(name for name in NAMES if BENCH_EXTRA or name != "peer-stack")
-    return harness.run(dataclasses.replace(SMOKE, rows=rows))
+    return harness.run(dataclasses.replace(SMOKE, rows=tuple(NAMES)))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_scenario_produces_a_number_or_says_why_not(results: dict[str, report.RowResult], name: str) -> None:
-    if name == "peer-stack" and not BENCH_EXTRA:
-        pytest.skip("the bench extra (PyJWT, slowapi) is not installed: pip install -e '.[dev,bench]'")
     row = results[name]
     assert row.failure is None, row.failure
     if row.unavailable is not None:
