@@ -18,19 +18,6 @@ EXAMPLE = ("examples.documents_api:service", "--config", "examples/documents_api
 
 
 @pytest.fixture(scope="module")
-def minter() -> TokenMinter:
-    return TokenMinter("RS256")
-
-
-@pytest.fixture(scope="module")
-def key_env(minter: TokenMinter, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The example's config with this module's public key instead of the developer's .dev key."""
-    path = tmp_path_factory.mktemp("keys") / "public.pem"
-    path.write_bytes(minter.public_pem())
-    return {"SERVICE_TOKEN_PUBLIC_KEY_PATH": str(path)}
-
-
-@pytest.fixture(scope="module")
 def example(module_bastion_process: Callable[..., BastionProcess], key_env: dict[str, str]) -> BastionProcess:
     """One example process shared by the read-mostly tests of this module."""
     return module_bastion_process(*EXAMPLE, env=key_env)

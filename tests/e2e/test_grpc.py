@@ -32,18 +32,6 @@ class Target:
         self.http = process.url
 
 
-@pytest.fixture(scope="module")
-def minter() -> TokenMinter:
-    return TokenMinter("RS256")
-
-
-@pytest.fixture(scope="module")
-def key_env(minter: TokenMinter, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    path = tmp_path_factory.mktemp("keys") / "public.pem"
-    path.write_bytes(minter.public_pem())
-    return {"SERVICE_TOKEN_PUBLIC_KEY_PATH": str(path)}
-
-
 def start(factory: Callable[..., BastionProcess], env: dict[str, str], separate: bool) -> Target:
     if not separate:
         process = factory(*EXAMPLE, env=env)

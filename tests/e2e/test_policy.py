@@ -16,17 +16,8 @@ FORBIDDEN = {"error": "Access denied by policy", "code": "FORBIDDEN", "status": 
 
 
 @pytest.fixture(scope="module")
-def minter() -> TokenMinter:
-    return TokenMinter("RS256")
-
-
-@pytest.fixture(scope="module")
-def example(
-    module_bastion_process: Callable[..., BastionProcess], minter: TokenMinter, tmp_path_factory: pytest.TempPathFactory
-) -> BastionProcess:
-    key = tmp_path_factory.mktemp("keys") / "public.pem"
-    key.write_bytes(minter.public_pem())
-    return module_bastion_process(*EXAMPLE, env={"SERVICE_TOKEN_PUBLIC_KEY_PATH": str(key)})
+def example(module_bastion_process: Callable[..., BastionProcess], key_env: dict[str, str]) -> BastionProcess:
+    return module_bastion_process(*EXAMPLE, env=key_env)
 
 
 def as_user(minter: TokenMinter, sub: str, *roles: str) -> dict[str, str]:

@@ -23,11 +23,6 @@ PUBLIC = "/api/v1/openapi.json"
 
 
 @pytest.fixture(scope="module")
-def minter() -> TokenMinter:
-    return TokenMinter("RS256")
-
-
-@pytest.fixture(scope="module")
 def public_key(minter: TokenMinter, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("keys") / "public.pem"
     path.write_bytes(minter.public_pem())
