@@ -217,7 +217,7 @@ class BastionApp:
                 auditor=self.auditor,
                 trust_forwarded=settings.rate_limit.trust_forwarded_headers,
                 normalizer=service._normalizer,
-                extractors=self._versioned_extractors(service, settings),
+                extractors=service._extractors,
             )
             if settings.policy.enabled
             else None
@@ -299,9 +299,6 @@ class BastionApp:
         app = RequestIdMiddleware(app)
         del settings
         return app
-
-    def _versioned_extractors(self, service: Service, settings: Settings) -> dict[str, ResourceExtractor]:
-        return dict(service._extractors)
 
     def reload_policies(self) -> LoadedPolicies:
         """Re-read ``policy.policy_path`` and swap the set in atomically; a bad file keeps the old set and raises
