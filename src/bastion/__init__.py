@@ -1,6 +1,6 @@
 """Bastion: secure, versioned backend services on one port."""
 
-from bastion.app import BastionApp, Service, Slot
+from bastion.app import BastionApp
 from bastion.config import Settings, load_settings
 from bastion.errors import (
     BastionError,
@@ -14,6 +14,7 @@ from bastion.errors import (
 from bastion.health import ReadinessCheck
 from bastion.routing.deprecation import Deprecation
 from bastion.routing.versioned import ApiVersion, VersionedApi
+from bastion.service import Service, Slot
 
 __all__ = [
     "ApiVersion",

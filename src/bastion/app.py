@@ -1,4 +1,4 @@
-"""The service builder and the one place that knows the order of the HTTP pipeline.
+"""The built application: the one place that knows the order of the HTTP pipeline.
 
 Outermost first (DESIGN.md section 1; ``docs/pipeline.md`` explains each layer)::
 
@@ -6,16 +6,15 @@ Outermost first (DESIGN.md section 1; ``docs/pipeline.md`` explains each layer):
     -> path normalization -> timeout -> body limit -> compression -> deprecation -> route resolution
     -> [token auth] -> [rate limit] -> [policy] -> [resilience] -> dispatch
 
-The bracketed layers are slots (:class:`Slot`): empty until a capability or the operator fills them.
+The bracketed layers are slots (:class:`~bastion.service.Slot`): the built-in capabilities fill them from
+the settings, and the operator adds layers with ``service.use(slot, layer)``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,9 +30,9 @@ from bastion.auth.revocation import Revocations
 from bastion.auth.routes import revoke_token_route
 from bastion.auth.setup import TokenAuth
 from bastion.cache_store import CacheStore, cache_store_from_settings
-from bastion.config import Settings, load_settings
+from bastion.config import Settings
 from bastion.errors import ConfigError
-from bastion.health import HEALTH_PATH, READY_PATH, Check, Health, ReadinessCheck
+from bastion.health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
 from bastion.middleware import (
     AccessLogMiddleware,
     BodyLimitMiddleware,
@@ -45,153 +44,27 @@ from bastion.middleware import (
     SecurityHeadersMiddleware,
     TimeoutMiddleware,
 )
-from bastion.policy.authorizer import PolicyAuthorizer, ResourceExtractor
+from bastion.policy.authorizer import PolicyAuthorizer
 from bastion.policy.engine import LoadedPolicies
 from bastion.policy.middleware import PolicyMiddleware
-from bastion.policy.normalize import Normalizer
 from bastion.policy.routes import reload_policy_route
 from bastion.ratelimit.setup import built_in_rate_limiting
 from bastion.routing.deprecation import DeprecationMiddleware
-from bastion.routing.fallback import Dispatcher, FallbackHandler, handler_app
+from bastion.routing.fallback import Dispatcher
 from bastion.routing.paths import PathNormalizationMiddleware
 from bastion.routing.resolve import RouteEntry, RouteResolutionMiddleware, RouteTable
-from bastion.routing.versioned import ApiVersion, VersionedApi
+from bastion.routing.versioned import ApiVersion
+from bastion.service import Layer, Service, Slot
 from bastion.telemetry import get_meter, version_counter
 from bastion.types import H2_PROTOCOL_FACTORY, ASGIApp, Receive, Scope, Send
 
 DEFAULT_SERVICE_NAME = "bastion-service"
 DEFAULT_SERVICE_VERSION = "0.1.0"
 
-Layer = Callable[[ASGIApp], ASGIApp]
-GrpcExtractor = Callable[[Any], Mapping[str, Any]]
-Hook = Callable[[], Awaitable[None]]
 log = structlog.get_logger("bastion.app")
-
-
-class Slot(enum.Enum):
-    """Where a security or resilience layer plugs into the pipeline, in the spec's order."""
-
-    TOKEN_AUTH = "token_auth"
-    RATE_LIMIT = "rate_limit"
-    POLICY = "policy"
-    RESILIENCE = "resilience"
-
 
 # Innermost first: the order in which slot layers wrap the dispatcher.
 _SLOTS_INNERMOST_FIRST = (Slot.RESILIENCE, Slot.POLICY, Slot.RATE_LIMIT, Slot.TOKEN_AUTH)
-
-
-class Service:
-    """A Bastion service: versioned API, readiness checks, frontend routes, fallback, and pipeline slots.
-
-    ``bastion run module:service`` builds it with the loaded settings. Business routes are registered only
-    through :meth:`version` (or the :class:`VersionedApi` passed in); there is no unversioned route method.
-    """
-
-    def __init__(self, name: str | None = None, *, version: str | None = None, api: VersionedApi | None = None) -> None:
-        self.name = name
-        self.service_version = version
-        self.api = api or VersionedApi()
-        self._checks: list[ReadinessCheck] = []
-        self._frontend: list[BaseRoute] = []
-        self._frontend_fallback: ASGIApp | None = None
-        self._fallback: ASGIApp | None = None
-        self._slots: dict[Slot, list[Layer]] = {slot: [] for slot in Slot}
-        self._startup: list[Hook] = []
-        self._shutdown: list[Hook] = []
-        self._revoke_route: tuple[str, str] | None = None
-        self._reload_route: tuple[str, str] | None = None
-        self._extractors: dict[str, ResourceExtractor] = {}
-        self._normalizer: Normalizer | None = None
-        self._grpc_services: list[Any] = []
-        self._grpc_extractors: dict[str, Callable[[Any], Mapping[str, Any]]] = {}
-
-    def version(self, number: int, **kwargs: Any) -> ApiVersion:
-        """Register API major version ``number`` (see :meth:`VersionedApi.version`)."""
-        return self.api.version(number, **kwargs)
-
-    def deprecate(
-        self, number: int, *, replacement: int, sunset: str | None = None, message: str | None = None
-    ) -> None:
-        """Mark version ``number`` deprecated (see :meth:`VersionedApi.deprecate`)."""
-        self.api.deprecate(number, replacement=replacement, sunset=sunset, message=message)
-
-    def add_readiness_check(self, name: str, check: Check, *, optional: bool = False) -> None:
-        """Add a ``/ready`` dependency check; a failing non-optional check makes ``/ready`` answer 503."""
-        if any(existing.name == name for existing in self._checks):
-            raise ConfigError(f"readiness check {name!r} is registered twice")
-        self._checks.append(ReadinessCheck(name=name, check=check, optional=optional))
-
-    def frontend(self, routes: Sequence[BaseRoute], *, fallback: FallbackHandler | None = None) -> None:
-        """Unversioned frontend routes (pages, static files), matched after the versioned API."""
-        self._frontend = list(routes)
-        self._frontend_fallback = handler_app(fallback) if fallback is not None else None
-
-    def set_fallback(self, handler: FallbackHandler) -> None:
-        """Handle unmatched paths with ``async def handler(request) -> Response``. The last call wins."""
-        self._fallback = handler_app(handler)
-
-    def set_fallback_app(self, app: ASGIApp) -> None:
-        """Forward unmatched paths to an ASGI app (a proxy or gateway). The last call wins."""
-        self._fallback = app
-
-    def mount_revoke_token_route(self, path: str = "/admin/revoke-token", *, admin_role: str = "admin") -> None:
-        """Serve ``POST {path}`` ``{"jti", "reason", "exp"?}`` to revoke tokens; callers need ``admin_role``.
-
-        Unversioned and protected like every other path (see bastion.auth.routes.revoke_token_route).
-        """
-        self._revoke_route = (path, admin_role)
-
-    def mount_policy_reload_route(self, path: str = "/admin/reload-policy", *, admin_role: str = "admin") -> None:
-        """Serve ``POST {path}`` to re-read the policy file; callers need ``admin_role`` (see reload_policies)."""
-        self._reload_route = (path, admin_role)
-
-    def resource_extractor(self, route: str) -> Callable[[ResourceExtractor], ResourceExtractor]:
-        """Decorator: add resource attributes for ``route`` (a template such as ``/api/v1/documents/{user_id}/{doc_id}``
-        or an action such as ``GET /api/v1/...``). The function gets ``(scope, path_params)`` and returns a
-        mapping (or an awaitable of one), e.g. ``owner_id`` from a storage lookup."""
-
-        def register(extractor: ResourceExtractor) -> ResourceExtractor:
-            self._extractors[route] = extractor
-            return extractor
-
-        return register
-
-    def add_grpc_service(self, servable: Any) -> None:
-        """Serve a grpclib service (an instance of a class generated from a ``.proto`` file) when ``grpc.enabled``."""
-        self._grpc_services.append(servable)
-
-    def grpc_resource_extractor(self, method: str) -> Callable[[GrpcExtractor], GrpcExtractor]:
-        """Decorator: resource attributes for gRPC ``method`` (``/pkg.Service/Method``) from its request message.
-
-        The policy check of such a method waits for the first request message (unary and server-streaming
-        calls have exactly one) and runs before the handler sees it."""
-
-        def register(extractor: GrpcExtractor) -> GrpcExtractor:
-            self._grpc_extractors[method] = extractor
-            return extractor
-
-        return register
-
-    def set_action_normalizer(self, normalizer: Normalizer) -> None:
-        """Replace the default normalizer that turns unmatched paths into policy actions."""
-        self._normalizer = normalizer
-
-    def use(self, slot: Slot, layer: Layer) -> None:
-        """Plug ``layer`` (``app -> app``) into ``slot``; several layers in one slot run in the order added."""
-        self._slots[slot].append(layer)
-
-    def on_startup(self, hook: Hook) -> Hook:
-        self._startup.append(hook)
-        return hook
-
-    def on_shutdown(self, hook: Hook) -> Hook:
-        self._shutdown.append(hook)
-        return hook
-
-    def build(self, settings: Settings | None = None, *, meter_provider: MeterProvider | None = None) -> BastionApp:
-        """The ASGI application for ``settings`` (embedded defaults when ``None``)."""
-        return BastionApp(self, settings or load_settings(environ={}), meter_provider=meter_provider)
 
 
 class BastionApp:

@@ -22,9 +22,10 @@ import uvicorn
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from bastion.app import BastionApp, Service
+from bastion.app import BastionApp
 from bastion.config import Settings, load_settings
 from bastion.errors import ConfigError
+from bastion.service import Service
 from bastion.telemetry import configure_logging
 from bastion.types import H2_PROTOCOL_FACTORY
 
