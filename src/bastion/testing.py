@@ -145,6 +145,23 @@ class PasetoMinter:
         return token.decode()
 
 
+class FakeClock:
+    """A clock tests move by hand (``clock.advance(1.5)`` or ``clock.now = ...``) instead of sleeping.
+
+    Callable like ``time.time`` / ``time.monotonic``: pass it as the ``clock`` of the limiters, caches and
+    the JWKS source.
+    """
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def write_dev_keys(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
     """Create ``jwt-private.pem`` / ``jwt-public.pem`` (RS256) in ``directory`` unless they exist."""
     folder = Path(directory)

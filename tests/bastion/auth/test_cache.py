@@ -7,6 +7,7 @@ import pytest
 from bastion.auth.cache import VerifiedTokens
 from bastion.auth.claims import Claims, claims_from_payload
 from bastion.errors import InvalidToken, TokenExpired
+from bastion.testing import FakeClock
 
 
 class CountingVerifier:
@@ -24,24 +25,16 @@ class CountingVerifier:
         return claims_from_payload({"sub": sub, "exp": int(exp)})
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def test_reused_token_is_verified_once() -> None:
     verifier = CountingVerifier()
-    tokens = VerifiedTokens(verifier, size=10, leeway=0, clock=Clock(100))
+    tokens = VerifiedTokens(verifier, size=10, leeway=0, clock=FakeClock(100))
     for _ in range(5):
         assert (await tokens.claims("alice:200")).sub == "alice"
     assert verifier.verifications == 1
 
 
 async def test_cached_token_still_expires() -> None:
-    clock = Clock(100)
+    clock = FakeClock(100)
     verifier = CountingVerifier()
     tokens = VerifiedTokens(verifier, size=10, leeway=5, clock=clock)
     await tokens.claims("alice:200")
@@ -56,7 +49,7 @@ async def test_cached_token_still_expires() -> None:
 
 async def test_invalid_tokens_are_not_cached() -> None:
     verifier = CountingVerifier()
-    tokens = VerifiedTokens(verifier, size=10, leeway=0, clock=Clock(100))
+    tokens = VerifiedTokens(verifier, size=10, leeway=0, clock=FakeClock(100))
     for _ in range(3):
         with pytest.raises(InvalidToken):
             await tokens.claims("garbage")
@@ -65,7 +58,7 @@ async def test_invalid_tokens_are_not_cached() -> None:
 
 async def test_expired_token_is_not_cached() -> None:
     verifier = CountingVerifier()
-    tokens = VerifiedTokens(verifier, size=10, leeway=0, clock=Clock(300))
+    tokens = VerifiedTokens(verifier, size=10, leeway=0, clock=FakeClock(300))
     with pytest.raises(TokenExpired):
         await tokens.claims("alice:200")
     assert len(tokens) == 0
@@ -73,7 +66,7 @@ async def test_expired_token_is_not_cached() -> None:
 
 async def test_size_is_bounded_least_recently_used_first() -> None:
     verifier = CountingVerifier()
-    tokens = VerifiedTokens(verifier, size=2, leeway=0, clock=Clock(100))
+    tokens = VerifiedTokens(verifier, size=2, leeway=0, clock=FakeClock(100))
     await tokens.claims("a:200")
     await tokens.claims("b:200")
     await tokens.claims("a:200")
@@ -87,7 +80,7 @@ async def test_size_is_bounded_least_recently_used_first() -> None:
 
 async def test_key_change_clears_the_cache() -> None:
     verifier = CountingVerifier()
-    tokens = VerifiedTokens(verifier, size=10, leeway=0, clock=Clock(100))
+    tokens = VerifiedTokens(verifier, size=10, leeway=0, clock=FakeClock(100))
     await tokens.claims("alice:200")
     verifier.generation += 1
     await tokens.claims("alice:200")
@@ -96,7 +89,7 @@ async def test_key_change_clears_the_cache() -> None:
 
 async def test_size_zero_disables_caching() -> None:
     verifier = CountingVerifier()
-    tokens = VerifiedTokens(verifier, size=0, leeway=0, clock=Clock(100))
+    tokens = VerifiedTokens(verifier, size=0, leeway=0, clock=FakeClock(100))
     await tokens.claims("alice:200")
     await tokens.claims("alice:200")
     assert verifier.verifications == 2

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from bastion.auth.jwt import JwtVerifier
 from bastion.config import TokenSettings
 from bastion.errors import ConfigError, InvalidToken, Unavailable
-from bastion.testing import TokenMinter
+from bastion.testing import FakeClock, TokenMinter
 
 ALGORITHMS = ["RS256", "RS384", "RS512", "ES256", "ES384", "HS256", "HS384", "HS512"]
 
@@ -254,14 +254,6 @@ def jwks_server() -> Iterator[JwksServer]:
     server.close()
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class TestJwksUrl:
     def make(self, server: JwksServer, clock: Callable[[], float]) -> JwtVerifier:
         from bastion.auth._jwks import JwksUrlSource
@@ -272,7 +264,7 @@ class TestJwksUrl:
     async def test_fetched_once_and_cached(self, jwks_server: JwksServer) -> None:
         minter = TokenMinter("RS256", kid="k1")
         jwks_server.document = minter.jwks()
-        verifier = self.make(jwks_server, FakeClock())
+        verifier = self.make(jwks_server, FakeClock(1000.0))
         for _ in range(3):
             assert (await verifier.decode(minter.mint(sub="x"))).sub == "x"
         assert jwks_server.fetches == 1
@@ -280,7 +272,7 @@ class TestJwksUrl:
     async def test_unknown_kid_triggers_a_refresh(self, jwks_server: JwksServer) -> None:
         old, new = TokenMinter("RS256", kid="old"), TokenMinter("RS256", kid="new")
         jwks_server.document = old.jwks()
-        clock = FakeClock()
+        clock = FakeClock(1000.0)
         verifier = self.make(jwks_server, clock)
         await verifier.decode(old.mint())
         jwks_server.document = {"keys": old.jwks()["keys"] + new.jwks()["keys"]}
@@ -292,7 +284,7 @@ class TestJwksUrl:
     async def test_unknown_kids_cannot_hammer_the_identity_provider(self, jwks_server: JwksServer) -> None:
         minter = TokenMinter("RS256", kid="k1")
         jwks_server.document = minter.jwks()
-        verifier = self.make(jwks_server, FakeClock())
+        verifier = self.make(jwks_server, FakeClock(1000.0))
         await verifier.decode(minter.mint())
         for n in range(20):
             with pytest.raises(InvalidToken):
@@ -301,14 +293,14 @@ class TestJwksUrl:
 
     async def test_unreachable_jwks_is_503_not_a_pass(self, jwks_server: JwksServer) -> None:
         jwks_server.status = 500
-        verifier = self.make(jwks_server, FakeClock())
+        verifier = self.make(jwks_server, FakeClock(1000.0))
         with pytest.raises(Unavailable):
             await verifier.decode(TokenMinter("RS256", kid="k1").mint())
 
     async def test_failed_refresh_keeps_the_old_keys(self, jwks_server: JwksServer) -> None:
         minter = TokenMinter("RS256", kid="k1")
         jwks_server.document = minter.jwks()
-        clock = FakeClock()
+        clock = FakeClock(1000.0)
         verifier = self.make(jwks_server, clock)
         await verifier.decode(minter.mint())
         jwks_server.status = 503

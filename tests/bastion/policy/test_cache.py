@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from bastion.policy.cache import DecisionCache, decision_key
 from bastion.policy.engine import Decision
+from bastion.testing import FakeClock
 
 ALLOW = Decision(allowed=True, reasons=("p",))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def key(**overrides: object) -> str:
@@ -29,7 +22,7 @@ def key(**overrides: object) -> str:
 
 
 def test_hit_until_ttl() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     cache = DecisionCache(size=10, ttl_secs=300, clock=clock)
     cache.put("k", ALLOW)
     clock.now = 299.9

@@ -9,20 +9,8 @@ from typing import Any
 import pytest
 
 from bastion import NotFound, Service, Slot
+from bastion.testing import FakeClock
 from bastion.types import SCOPE_CLAIMS, ASGIApp, Receive, Scope, Send
-
-
-class FakeClock:
-    """A clock tests move by hand (``clock.advance(1.5)``) instead of sleeping; callable like ``time.time``."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from bastion.cache_store import MemoryCacheStore, RedisCacheStore
 from bastion.config import Settings
 from bastion.errors import CacheStoreError
 from bastion.ratelimit import Bucket, DistributedLimiter, Quota
-from tests.bastion.ratelimit.conftest import FakeClock, service
+from bastion.testing import FakeClock
+from tests.bastion.ratelimit.conftest import service
 
 Client = Callable[..., httpx.AsyncClient]
 

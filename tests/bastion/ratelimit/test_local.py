@@ -7,7 +7,7 @@ import pytest
 from bastion.ratelimit.buckets import Bucket
 from bastion.ratelimit.local import LocalLimiter, gcra
 from bastion.ratelimit.rules import Quota
-from tests.bastion.ratelimit.conftest import FakeClock
+from bastion.testing import FakeClock
 
 
 def limiter(clock: FakeClock, **kwargs: object) -> LocalLimiter:
