@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from bench.stats import percentile
+from bench.stats import load_result
 
 
 async def run(address: str, *, duration: float, concurrency: int, token: str | None) -> dict[str, float]:
@@ -42,15 +42,7 @@ async def run(address: str, *, duration: float, concurrency: int, token: str | N
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
-    latencies.sort()
-    return {
-        "requests": len(latencies),
-        "seconds": elapsed,
-        "non_2xx": failed,
-        "errors": 0,
-        "p50_ms": percentile(latencies, 50) * 1e3,
-        "p99_ms": percentile(latencies, 99) * 1e3,
-    }
+    return load_result(latencies, seconds=elapsed, non_2xx=failed, errors=0)
 
 
 def main(argv: list[str] | None = None) -> None:

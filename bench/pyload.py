@@ -16,7 +16,7 @@ import time
 from urllib.parse import urlsplit
 
 from bench.loops import run_fast
-from bench.stats import percentile
+from bench.stats import load_result
 
 HEADER_END = b"\r\n\r\n"
 CONNECT_TIMEOUT_SECS = 5.0
@@ -126,15 +126,7 @@ async def run(url: str, *, duration: float, connections: int, headers: list[str]
         for transport in transports:
             transport.close()
     elapsed = time.perf_counter() - started
-    latencies = sorted(tally.latencies)
-    return {
-        "requests": len(latencies),
-        "seconds": elapsed,
-        "non_2xx": tally.non_2xx,
-        "errors": tally.errors,
-        "p50_ms": percentile(latencies, 50) * 1e3,
-        "p99_ms": percentile(latencies, 99) * 1e3,
-    }
+    return load_result(tally.latencies, seconds=elapsed, non_2xx=tally.non_2xx, errors=tally.errors)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,7 +16,7 @@ import sys
 import time
 
 from bench.loops import run_fast
-from bench.stats import percentile
+from bench.stats import load_result
 
 CONNECT_TIMEOUT_SECS = 5.0
 MESSAGE = (
@@ -138,15 +138,7 @@ async def run(port: int, *, duration: float, connections: int, rcpt: str) -> dic
         for transport in transports:
             transport.close()
     elapsed = time.perf_counter() - started
-    latencies = sorted(tally.latencies)
-    return {
-        "requests": len(latencies),
-        "seconds": elapsed,
-        "non_2xx": tally.failed,
-        "errors": tally.errors,
-        "p50_ms": percentile(latencies, 50) * 1e3,
-        "p99_ms": percentile(latencies, 99) * 1e3,
-    }
+    return load_result(tally.latencies, seconds=elapsed, non_2xx=tally.failed, errors=tally.errors)
 
 
 def main(argv: list[str] | None = None) -> None:

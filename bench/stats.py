@@ -25,3 +25,16 @@ def spread_pct(values: Sequence[float]) -> float:
         return 0.0
     mid = statistics.median(values)
     return (max(values) - min(values)) / mid * 100 if mid else math.nan
+
+
+def load_result(latencies: Sequence[float], *, seconds: float, non_2xx: int, errors: int) -> dict[str, float]:
+    """The JSON line every load generator prints: counts, elapsed seconds and p50/p99 in milliseconds."""
+    ordered = sorted(latencies)
+    return {
+        "requests": len(ordered),
+        "seconds": seconds,
+        "non_2xx": non_2xx,
+        "errors": errors,
+        "p50_ms": percentile(ordered, 50) * 1e3,
+        "p99_ms": percentile(ordered, 99) * 1e3,
+    }
