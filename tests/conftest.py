@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -19,6 +19,16 @@ from bastion import BastionApp, Service, Settings, load_settings
 REPO = Path(__file__).resolve().parent.parent
 BASTION = str(Path(sys.executable).with_name("bastion"))
 STARTUP_TIMEOUT_SECS = 20.0
+
+
+TOKEN_OFF = {"SERVICE_TOKEN_ENABLED": "false"}
+"""The explicit opt-out of token authentication, for tests about something else (secure by default refuses
+a configuration that neither names a token key nor says ``token.enabled = false``)."""
+
+
+def open_settings(path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:
+    """``load_settings(path, environ=...)`` with token auth explicitly off (``environ`` may turn it back on)."""
+    return load_settings(path, environ={**TOKEN_OFF, **(environ or {})})
 
 
 def free_port() -> int:
@@ -112,12 +122,14 @@ def module_bastion_process(
 
 @pytest.fixture
 async def asgi_client() -> AsyncIterator[Callable[..., httpx.AsyncClient]]:
-    """Factory: an httpx client over ``service.build(settings)`` through ASGITransport (no sockets)."""
+    """Factory: an httpx client over ``service.build(settings)`` through ASGITransport (no sockets).
+
+    Without ``settings``: embedded defaults with token auth explicitly off (:func:`open_settings`)."""
     clients: list[httpx.AsyncClient] = []
     apps: list[BastionApp] = []
 
     def make(service: Service, settings: Settings | None = None, **build: object) -> httpx.AsyncClient:
-        app = service.build(settings or load_settings(environ={}), **build)  # type: ignore[arg-type]
+        app = service.build(settings or open_settings(), **build)  # type: ignore[arg-type]
         apps.append(app)
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
         clients.append(client)

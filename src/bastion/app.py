@@ -25,11 +25,8 @@ from opentelemetry.metrics import MeterProvider
 from starlette.datastructures import State
 from starlette.routing import BaseRoute
 
-from bastion.audit import Auditor
-from bastion.auth.revocation import Revocations
 from bastion.auth.routes import revoke_token_route
-from bastion.auth.setup import TokenAuth
-from bastion.cache_store import CacheStore, cache_store_from_settings
+from bastion.cache_store import CacheStore
 from bastion.config import Settings
 from bastion.errors import ConfigError
 from bastion.health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
@@ -44,17 +41,16 @@ from bastion.middleware import (
     SecurityHeadersMiddleware,
     TimeoutMiddleware,
 )
-from bastion.policy.authorizer import PolicyAuthorizer
 from bastion.policy.engine import LoadedPolicies
 from bastion.policy.middleware import PolicyMiddleware
 from bastion.policy.routes import reload_policy_route
-from bastion.ratelimit.setup import built_in_rate_limiting
 from bastion.routing.deprecation import DeprecationMiddleware
 from bastion.routing.fallback import Dispatcher
 from bastion.routing.paths import PathNormalizationMiddleware
 from bastion.routing.resolve import RouteEntry, RouteResolutionMiddleware, RouteTable
 from bastion.routing.versioned import ApiVersion
-from bastion.service import Layer, Service, Slot
+from bastion.security import Posture, Security
+from bastion.service import SECURITY_SLOTS, GrpcHook, Layer, Service, Slot
 from bastion.telemetry import get_meter, version_counter
 from bastion.types import H2_PROTOCOL_FACTORY, ASGIApp, Receive, Scope, Send
 
@@ -79,29 +75,19 @@ class BastionApp:
         self.version = settings.service.version or service.service_version or DEFAULT_SERVICE_VERSION
         self.base_path = service.api.base_path if service.api.base_path is not None else settings.service.base_path
         counter = version_counter(get_meter(meter_provider)) if settings.metrics.enabled else None
-        self.cache_store: CacheStore = cache_store_from_settings(settings.cache_store)
-        self.revocations = Revocations(self.cache_store)
+        # Token auth, policy, rate limiting: built and checked the way `bastion check-config` checks them.
+        self.security = Security.from_settings(
+            settings, realm=self.name, normalizer=service._normalizer, extractors=service._extractors
+        )
+        self.cache_store: CacheStore = self.security.cache_store
+        self.revocations = self.security.revocations
+        self.auditor = self.security.auditor
+        self.policy = self.security.policy
+        self.token_auth = self.security.token_auth
+        self.rate_limiting = self.security.rate_limiting
+        self._check_grpc_layers()
         self._watcher: asyncio.Task[None] | None = None
         self.grpc: Any = None  # bastion.grpc.GrpcServer once started
-        self.auditor = Auditor(settings.audit)
-        self.policy = (
-            PolicyAuthorizer(
-                settings.policy,
-                auditor=self.auditor,
-                trust_forwarded=settings.rate_limit.trust_forwarded_headers,
-                normalizer=service._normalizer,
-                extractors=service._extractors,
-            )
-            if settings.policy.enabled
-            else None
-        )
-        self.token_auth = (
-            TokenAuth(settings.token, revocations=self.revocations, realm=self.name) if settings.token.enabled else None
-        )
-        # Local limiter (auto_apply), distributed one on the cache store (distributed), or none (docs/ratelimit.md).
-        self.rate_limiting = built_in_rate_limiting(
-            settings.rate_limit, cache_store=self.cache_store, auditor=self.auditor
-        )
 
         self.router = APIRouter()
         entries: list[RouteEntry] = []
@@ -139,8 +125,31 @@ class BastionApp:
             versioned=AsyncExitStackMiddleware(self.router),  # FastAPI routes expect its exit stack in scope
             frontend=[*operator_routes, *service._frontend],
             fallback=service._fallback or service._frontend_fallback,
+            fallback_takes_websockets=service._fallback is not None and service._fallback_is_app,
         )
         self.stack = self._assemble(dispatcher, counter)
+
+    def _check_grpc_layers(self) -> None:
+        """Refuse operator security layers that would leave gRPC methods unguarded (docs/grpc.md)."""
+        if not self.settings.grpc.enabled or not self.service._grpc_services:
+            return
+        for slot in SECURITY_SLOTS:
+            if any(use.grpc is None for use in self.service._slots[slot]):
+                raise ConfigError(
+                    f"service.use(Slot.{slot.name}, layer) guards HTTP only and gRPC is enabled: pass "
+                    f"service.use(Slot.{slot.name}, layer, grpc=hook) with an async hook(scope) that checks every "
+                    "gRPC call the same way, or set grpc.enabled = false"
+                )
+
+    def _grpc_hooks(self, slot: Slot) -> list[GrpcHook]:
+        return [use.grpc for use in self.service._slots[slot] if use.grpc is not None]
+
+    def posture(self) -> Posture:
+        """What protects this app: the ``security_posture`` log line at start-up."""
+        return self.security.posture(
+            custom_layers={slot.value: len(self.service._slots[slot]) for slot in Slot},
+            grpc_services=len(self.service._grpc_services),
+        )
 
     def _assemble(self, dispatcher: ASGIApp, counter: Any) -> ASGIApp:
         settings, middleware = self.settings, self.settings.middleware
@@ -154,7 +163,7 @@ class BastionApp:
             policy = self.policy
             built_in[Slot.POLICY].append(lambda app: PolicyMiddleware(app, authorizer=policy))
         for slot in _SLOTS_INNERMOST_FIRST:
-            for layer in reversed([*built_in[slot], *self.service._slots[slot]]):
+            for layer in reversed([*built_in[slot], *(use.layer for use in self.service._slots[slot])]):
                 app = layer(app)
         app = RouteResolutionMiddleware(app, table=self.routes)
         app = DeprecationMiddleware(app, api=self.service.api, base_path=self.base_path, counter=counter)
@@ -177,7 +186,7 @@ class BastionApp:
         """Re-read ``policy.policy_path`` and swap the set in atomically; a bad file keeps the old set and raises
         PolicyLoadError (naming the file, statement and line). The decision cache is cleared on success."""
         if self.policy is None:
-            raise ConfigError("policy.enabled is false: there are no policies to reload")
+            raise ConfigError("policy authorization is off (no policy.policy_path): there are no policies to reload")
         return self.policy.reload()
 
     async def aclose(self) -> None:
@@ -221,6 +230,9 @@ class BastionApp:
             max_message_size=settings.grpc.max_message_size,
             extractors=self.service._grpc_extractors,
             rate_limit=self.rate_limiting.check if self.rate_limiting is not None else None,
+            token_hooks=self._grpc_hooks(Slot.TOKEN_AUTH),
+            rate_limit_hooks=self._grpc_hooks(Slot.RATE_LIMIT),
+            policy_hooks=self._grpc_hooks(Slot.POLICY),
         )
 
         async def ready() -> bool:
@@ -256,6 +268,7 @@ class BastionApp:
                     log.error("startup_failed", exc_info=exc)
                     await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
                     return
+                self.posture().log()
                 log.info("service_started", service=self.name, version=self.version)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ def _run(args: argparse.Namespace) -> int:
     from bastion.server import serve
     from bastion.telemetry import configure_logging
 
+    configure_logging()  # warnings while the settings load go to stderr too
     settings = load_settings(args.config)
     configure_logging(settings.service.log_level, settings.service.log_format)
     return serve(
@@ -32,8 +34,22 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
+    """What ``bastion run`` checks, without an app: keys, certificates, policies, rules; then the posture
+    (stderr, for people) and the effective settings (stdout, JSON for tools)."""
+    from bastion.security import Security
+    from bastion.telemetry import configure_logging
+
+    configure_logging("warning", "console")  # stdout stays the JSON document
     settings = load_settings(args.file)
+    security = Security.from_settings(settings, realm=settings.service.name or "api")
+    try:
+        posture = security.posture()
+    finally:
+        asyncio.run(security.aclose())
     print(f"configuration OK: {args.file}", file=sys.stderr)
+    print("security posture:", file=sys.stderr)
+    for line in posture.lines():
+        print(f"  {line}", file=sys.stderr)
     print(json.dumps(masked(settings), indent=2))
     return EXIT_OK
 

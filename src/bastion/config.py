@@ -14,7 +14,8 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import structlog
 from pydantic import (
@@ -24,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    Strict,
     ValidationError,
     field_validator,
     model_validator,
@@ -53,6 +55,10 @@ def _parse_duration(value: object) -> object:
 
 
 Duration = Annotated[float, BeforeValidator(_parse_duration), Field(ge=0)]
+PositiveDuration = Annotated[float, BeforeValidator(_parse_duration), Field(gt=0)]
+# TOML has real booleans: ``enabled = "yes"`` is a mistake to report, not a value to guess at. Environment
+# values (always strings) are converted by _env_value, which accepts only true/false/1/0.
+Bool = Annotated[bool, Strict()]
 Port = Annotated[int, Field(ge=0, le=65535)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
@@ -82,6 +88,12 @@ class ServiceSettings(_Section):
     ready_timeout_secs: Duration = 2.0
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
+    # Listener limits (docs/configuration.md "[service]"): what one connection may make the process hold.
+    max_header_bytes: Annotated[int, Field(ge=1024, le=1_048_576)] = 65_536
+    max_headers: Annotated[int, Field(ge=8, le=10_000)] = 100
+    header_read_timeout_secs: PositiveDuration = 10.0
+    keep_alive_timeout_secs: PositiveDuration = 5.0
+    max_connections: Annotated[int, Field(ge=1)] = 1024
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServiceSettings:
@@ -103,10 +115,19 @@ class ServiceSettings(_Section):
 Algorithm = Literal["RS256", "RS384", "RS512", "ES256", "ES384", "HS256", "HS384", "HS512"]
 
 
-class TokenSettings(_Section):
-    """``[token]`` (alias ``[jwt]``): bearer-token validation."""
+JWT_KEY_SOURCES = ("public_key_path", "secret", "jwks_path", "jwks_url")
+PASETO_KEYS = ("key_path", "version", "purpose")
 
-    enabled: bool = False
+
+class TokenSettings(_Section):
+    """``[token]`` (alias ``[jwt]``): bearer-token validation.
+
+    On when the section names a key source (``public_key_path``, ``secret``, ``jwks_path``, ``jwks_url``,
+    ``key_path``) or says ``enabled = true``; off only with an explicit ``enabled = false``. Neither is a
+    start-up refusal (see :func:`bastion.startup.check_token_decision`), never an open service.
+    """
+
+    enabled: Bool | None = None
     format: Literal["jwt", "paseto"] = "jwt"
     algorithm: Algorithm = "RS256"
     secret: SecretStr | None = None
@@ -117,7 +138,7 @@ class TokenSettings(_Section):
     version: Literal["v4"] = "v4"
     purpose: Literal["local", "public"] = "public"
     key_path: str | None = None
-    revocation_enabled: bool = False
+    revocation_enabled: Bool = False
     leeway_seconds: Annotated[int, Field(ge=0, le=3600)] = 60
     required_audience: str | None = None
     required_issuer: str | None = None
@@ -127,27 +148,80 @@ class TokenSettings(_Section):
     max_token_bytes: Annotated[int, Field(ge=256, le=65536)] = 8192
     verified_cache_size: Annotated[int, Field(ge=0)] = 10_000
 
+    @property
+    def key_sources(self) -> list[str]:
+        """The key-source keys that are set (``public_key_path``, ``secret``, ``jwks_*``, ``key_path``)."""
+        return [name for name in (*JWT_KEY_SOURCES, "key_path") if getattr(self, name) is not None]
+
+    @property
+    def active(self) -> bool:
+        """Whether token authentication runs: ``enabled = true``, or a key source and no ``enabled = false``."""
+        return self.enabled is True or (self.enabled is None and bool(self.key_sources))
+
     @model_validator(mode="after")
-    def _one_path_mode(self) -> TokenSettings:
+    def _consistent(self) -> TokenSettings:
         if self.include_paths and self.exclude_paths:
             raise ValueError(
                 "token.include_paths and token.exclude_paths are both set; use one: include_paths "
                 "protects only the listed paths, exclude_paths makes the listed paths public"
             )
+        if self.enabled is False:
+            return self
+        if self.format == "jwt":
+            self._check_jwt_sources()
+        else:
+            self._check_paseto_sources()
         return self
+
+    def _check_jwt_sources(self) -> None:
+        paseto = [f"token.{name}" for name in PASETO_KEYS if name in self.model_fields_set]
+        if paseto:
+            raise ValueError(f"{', '.join(paseto)} set but token.format is 'jwt'; set token.format = 'paseto'")
+        sources = [name for name in JWT_KEY_SOURCES if getattr(self, name) is not None]
+        if len(sources) > 1:
+            raise ValueError(
+                f"token.{' and token.'.join(sources)} are both set; a {self.algorithm} key comes from one of "
+                "token.public_key_path, token.secret, token.jwks_path, token.jwks_url"
+            )
+        if self.enabled and not sources:
+            raise ValueError(
+                "token.enabled is true but no key is set: set token.public_key_path, token.secret, "
+                "token.jwks_path or token.jwks_url"
+            )
+        if self.secret is not None and not self.algorithm.startswith("HS"):
+            raise ValueError(
+                f"token.secret is for HS256/HS384/HS512; token.algorithm = {self.algorithm!r} needs "
+                "token.public_key_path, token.jwks_path or token.jwks_url"
+            )
+        if self.public_key_path is not None and self.algorithm.startswith("HS"):
+            raise ValueError(
+                f"token.public_key_path is for RS*/ES* keys; token.algorithm = {self.algorithm!r} needs token.secret"
+            )
+
+    def _check_paseto_sources(self) -> None:
+        jwt_keys = [f"token.{name}" for name in (*JWT_KEY_SOURCES, "algorithm") if name in self.model_fields_set]
+        if jwt_keys:
+            raise ValueError(f"{', '.join(jwt_keys)} set but token.format is 'paseto', which reads token.key_path")
+        if self.key_path is None:
+            raise ValueError("token.format = 'paseto' needs token.key_path")
 
 
 class PolicySettings(_Section):
-    """``[policy]``: Cedar policy authorization."""
+    """``[policy]``: Cedar policy authorization, on when ``policy_path`` is set unless ``enabled = false``."""
 
-    enabled: bool = False
+    enabled: Bool | None = None
     policy_path: str | None = Field(default=None, validation_alias=AliasChoices("policy_path", "policies_path"))
-    hot_reload: bool = False
+    hot_reload: Bool = False
     hot_reload_interval_secs: Annotated[float, Field(gt=0)] = 5.0
-    cache_enabled: bool = True
+    cache_enabled: Bool = True
     cache_ttl_secs: Annotated[int, Field(ge=0)] = DEFAULT_CACHE_TTL_SECS
     cache_size: Annotated[int, Field(ge=0)] = 10_000
-    fail_open: bool = False
+    fail_open: Bool = False
+
+    @property
+    def active(self) -> bool:
+        """Whether policies decide requests: a ``policy_path`` (or ``enabled = true``) and no ``enabled = false``."""
+        return self.enabled is True or (self.enabled is None and self.policy_path is not None)
 
     @model_validator(mode="after")
     def _path_when_enabled(self) -> PolicySettings:
@@ -171,7 +245,7 @@ class RouteRule(_Section):
     requests_per_minute: PositiveInt | None = None
     requests_per_hour: PositiveInt | None = None
     burst_size: PositiveInt | None = None
-    per_user: bool = True
+    per_user: Bool = True
 
     @model_validator(mode="after")
     def _one_rate(self) -> RouteRule:
@@ -184,15 +258,15 @@ class RouteRule(_Section):
 class RateLimitSettings(_Section):
     """``[rate_limit]``: per user, client and IP buckets with per-route rules."""
 
-    enabled: bool = True
+    enabled: Bool = True
     per_user_rpm: PositiveInt = 600
     per_client_rpm: PositiveInt = 1200
     per_ip_rpm: PositiveInt = 300
     window_secs: PositiveInt = 60
     burst_size: PositiveInt | None = None
-    auto_apply: bool = True
-    distributed: bool = False
-    trust_forwarded_headers: bool = False
+    auto_apply: Bool = True
+    distributed: Bool = False
+    trust_forwarded_headers: Bool = False
     routes: dict[str, RouteRule] = Field(default_factory=dict)
 
     @field_validator("routes")
@@ -217,16 +291,37 @@ def _clamp_unit(value: object) -> object:
     return value
 
 
-class ResilienceSettings(_Section):
-    """``[middleware.resilience]``: read by the operator, who builds the layers (not auto-applied)."""
+REMOVED_RESILIENCE_PREFIX = "retry_"
 
-    circuit_breaker_enabled: bool = False
+
+class ResilienceSettings(_Section):
+    """``[middleware.resilience]``: read by the operator, who builds the layers (not auto-applied).
+
+    The former ``retry_*`` keys were removed from the spec and "do nothing": they are accepted, ignored
+    and warned about once per load (``config_key_ignored``); any other unknown key is an error.
+    """
+
+    circuit_breaker_enabled: Bool = False
     circuit_breaker_threshold: Annotated[float, BeforeValidator(_clamp_unit)] = 0.5
     circuit_breaker_min_requests: PositiveInt = 10
     circuit_breaker_wait_secs: Annotated[int, Field(ge=0)] = 30
-    bulkhead_enabled: bool = False
+    bulkhead_enabled: Bool = False
     bulkhead_max_concurrent: PositiveInt = 100
     bulkhead_max_wait: Duration = 5.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_removed_retry_keys(cls, data: object) -> object:
+        if not isinstance(data, Mapping):
+            return data
+        removed = sorted(key for key in data if isinstance(key, str) and key.startswith(REMOVED_RESILIENCE_PREFIX))
+        for key in removed:
+            log.warning(
+                "config_key_ignored",
+                key=f"middleware.resilience.{key}",
+                reason="retry is not a server-side layer; the retry_* keys were removed and do nothing",
+            )
+        return {key: value for key, value in data.items() if key not in removed}
 
 
 class CorsSettings(_Section):
@@ -236,7 +331,7 @@ class CorsSettings(_Section):
     allow_origin_regex: str | None = None
     allow_methods: list[str] = Field(default_factory=lambda: ["GET", "POST", "PUT", "PATCH", "DELETE"])
     allow_headers: list[str] = Field(default_factory=lambda: ["authorization", "content-type", "x-request-id"])
-    allow_credentials: bool = False
+    allow_credentials: Bool = False
     expose_headers: list[str] = Field(
         default_factory=lambda: [
             "x-request-id",
@@ -266,20 +361,20 @@ class CorsSettings(_Section):
 class SecurityHeadersSettings(_Section):
     """``[middleware.security_headers]``: set on every response unless the handler set them."""
 
-    enabled: bool = True
+    enabled: Bool = True
     content_type_options: str = "nosniff"
     frame_options: str = "DENY"
     referrer_policy: str = "no-referrer"
     hsts_max_age: Annotated[int, Field(ge=0)] = 31_536_000
-    hsts_include_subdomains: bool = True
+    hsts_include_subdomains: Bool = True
     content_security_policy: str | None = None
 
 
 class AccessLogSettings(_Section):
     """``[middleware.access_log]``: one structured line per request."""
 
-    enabled: bool = True
-    include_headers: bool = False
+    enabled: Bool = True
+    include_headers: Bool = False
     sensitive_headers: list[str] = Field(
         default_factory=lambda: [
             "authorization",
@@ -296,7 +391,7 @@ class AccessLogSettings(_Section):
 class CompressionSettings(_Section):
     """``[middleware.compression]``: gzip above a size threshold."""
 
-    enabled: bool = True
+    enabled: Bool = True
     minimum_size: Annotated[int, Field(ge=0)] = 1024
     level: Annotated[int, Field(ge=1, le=9)] = 6
 
@@ -314,43 +409,56 @@ class MiddlewareSettings(_Section):
 
 
 class BrokerSettings(_Section):
-    """``[broker]``: NATS JetStream; absent section means no broker."""
+    """``[broker]``: NATS JetStream; on when ``url`` is set (or ``SERVICE_BROKER_URL``) unless ``enabled = false``."""
 
-    url: SecretStr
+    enabled: Bool | None = None
+    url: SecretStr | None = None
     name: str | None = None
     max_reconnects: Annotated[int, Field(ge=-1)] = 60
     max_retries: Annotated[int, Field(ge=0)] = 3
     retry_delay_secs: Annotated[int, Field(ge=0)] = 1
-    optional: bool = False
-    lazy_init: bool = True
+    optional: Bool = False
+    lazy_init: Bool = True
+
+    @property
+    def active(self) -> bool:
+        return self.enabled is not False and self.url is not None
 
     @field_validator("url")
     @classmethod
-    def _scheme(cls, value: SecretStr) -> SecretStr:
+    def _scheme(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return value
         for part in value.get_secret_value().split(","):
             if not re.match(r"^(nats|tls|ws|wss)://[^\s/]+$", part.strip()):
                 raise ValueError("expected nats://host:port (comma-separated for a cluster, tls:// for TLS)")
         return value
 
+    @model_validator(mode="after")
+    def _url_when_enabled(self) -> BrokerSettings:
+        if self.enabled and self.url is None:
+            raise ValueError("broker.enabled is true but broker.url is not set")
+        return self
+
 
 class AuditSettings(_Section):
     """``[audit]``: audit events to the log (and the broker, when one is configured)."""
 
-    enabled: bool = True
-    audit_auth_events: bool = True
+    enabled: Bool = True
+    audit_auth_events: Bool = True
 
 
 class MetricsSettings(_Section):
     """``[metrics]``: OpenTelemetry metrics."""
 
-    enabled: bool = True
+    enabled: Bool = True
 
 
 class GrpcSettings(_Section):
     """``[grpc]``: gRPC on the main port (protocol detection) or a separate one."""
 
-    enabled: bool = False
-    use_separate_port: bool = False
+    enabled: Bool = False
+    use_separate_port: Bool = False
     port: Port = 9090
     max_message_size: PositiveInt = 4 * 1024 * 1024
 
@@ -391,13 +499,34 @@ _ENV_SECTIONS: list[tuple[str, tuple[str, ...], type[BaseModel]]] = sorted(
 )
 
 
+_ENV_TRUE, _ENV_FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
+
+
+def _base_types(annotation: object) -> set[object]:
+    """The plain types an annotation admits: ``Annotated[bool, ...] | None`` -> ``{bool, NoneType}``."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _base_types(get_args(annotation)[0])
+    if origin is UnionType or origin is Union:
+        return {kind for arg in get_args(annotation) for kind in _base_types(arg)}
+    return {annotation}
+
+
 def _env_value(model: type[BaseModel], key: str, raw: str) -> object:
+    """The value an environment string stands for, by the key's type: list, bool (true/false/1/0) or as is."""
     annotation = model.model_fields[key].annotation
+    kinds = _base_types(annotation)
     if getattr(annotation, "__origin__", None) is list:
         stripped = raw.strip()
         if stripped.startswith("["):
             return json.loads(stripped)
         return [item.strip() for item in stripped.split(",") if item.strip()]
+    if bool in kinds:
+        lowered = raw.strip().lower()
+        if lowered in _ENV_TRUE:
+            return True
+        if lowered in _ENV_FALSE:
+            return False
     return raw
 
 
@@ -461,6 +590,42 @@ def _fold_jwt_alias(data: dict[str, Any], origin: str) -> dict[str, Any]:
 
 _SECRET_KEYS = frozenset({"secret", "url", "password"})
 
+# Keys naming files: relative values in a config file are relative to that file's directory, so a config
+# works from any working directory. (Values from SERVICE_* variables are relative to the working directory.)
+PATH_KEYS: tuple[tuple[str, str], ...] = (
+    ("service", "tls_cert_path"),
+    ("service", "tls_key_path"),
+    ("token", "public_key_path"),
+    ("token", "jwks_path"),
+    ("token", "key_path"),
+    ("policy", "policy_path"),
+    ("policy", "policies_path"),
+)
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    for section, key in PATH_KEYS:
+        table = data.get(section)
+        if isinstance(table, dict) and isinstance(table.get(key), str):
+            path = Path(table[key]).expanduser()
+            table[key] = str(path if path.is_absolute() else base / path)
+    return data
+
+
+def read_file(key: str, path: str) -> bytes:
+    """The bytes of the file a config key names; ConfigError naming the key, the path and why it failed."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        reason = "no such file"
+    except IsADirectoryError:
+        reason = "is a directory, not a file"
+    except PermissionError:
+        reason = "permission denied"
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+    raise ConfigError(f"{key} = {path!r}: cannot read the file ({reason})")
+
 
 def _describe(loc: tuple[str | int, ...], value: object, sources: Mapping[tuple[str, ...], str]) -> str:
     key = ".".join(str(part) for part in loc)
@@ -479,6 +644,8 @@ def _config_error(exc: ValidationError, origin: str, sources: Mapping[tuple[str,
             lines.append(f"unknown key {'.'.join(str(p) for p in loc)!r}")
             continue
         message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] in ("bool_type", "bool_parsing"):
+            message = "expected true or false"
         if loc:
             lines.append(f"{_describe(loc, error.get('input'), sources)}: {message}")
         else:
@@ -509,7 +676,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, *, environ: Mappin
             raise ConfigError(f"config file {origin} is not UTF-8") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {origin} is not valid TOML: {exc}") from None
-        data = _fold_jwt_alias(data, origin)
+        data = _resolve_paths(_fold_jwt_alias(data, origin), Path(path).resolve().parent)
     overrides, sources = _env_overrides(environ)
     try:
         return Settings.model_validate(_merge(data, overrides))

@@ -15,6 +15,7 @@
     ├── MethodNotAllowed              405 METHOD_NOT_ALLOWED
     ├── PayloadTooLarge               413 PAYLOAD_TOO_LARGE
     ├── UnsupportedMediaType          415 UNSUPPORTED_MEDIA_TYPE
+    ├── HeadersTooLarge               431 HEADERS_TOO_LARGE (written by the listener itself)
     ├── ValidationFailed              422 VALIDATION_ERROR
     ├── RateLimitExceeded             429 RATE_LIMIT_EXCEEDED (+ retry_after)
     ├── PolicyError                   500 POLICY_ERROR
@@ -127,6 +128,13 @@ class PayloadTooLarge(BastionError):
     """The request body exceeds ``middleware.max_body_bytes``."""
 
     status, code, message, grpc_status = 413, "PAYLOAD_TOO_LARGE", "Request body too large", "OUT_OF_RANGE"
+
+
+class HeadersTooLarge(BastionError):
+    """The request head is over ``service.max_header_bytes`` or ``service.max_headers`` (RFC 6585 5)."""
+
+    status, code, grpc_status = 431, "HEADERS_TOO_LARGE", "RESOURCE_EXHAUSTED"
+    message = "Request header fields too large"
 
 
 class UnsupportedMediaType(BastionError):

@@ -14,6 +14,8 @@ from bastion.types import Receive, Scope, Send
 
 HEALTH_PATH = "/health"
 READY_PATH = "/ready"
+ALWAYS_PUBLIC = frozenset({HEALTH_PATH, READY_PATH})
+"""The framework's own endpoints: no token, no rate limit, no policy, whatever the configuration."""
 MAX_MESSAGE_CHARS = 200
 
 Check = Callable[[], Awaitable[object]]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import MeterProvider
@@ -20,7 +21,7 @@ from bastion.policy.authorizer import ResourceExtractor
 from bastion.policy.normalize import Normalizer
 from bastion.routing.fallback import FallbackHandler, handler_app
 from bastion.routing.versioned import ApiVersion, VersionedApi
-from bastion.types import ASGIApp
+from bastion.types import ASGIApp, Scope
 
 if TYPE_CHECKING:
     from bastion.app import BastionApp
@@ -28,6 +29,13 @@ if TYPE_CHECKING:
 Layer = Callable[[ASGIApp], ASGIApp]
 GrpcExtractor = Callable[[Any], Mapping[str, Any]]
 Hook = Callable[[], Awaitable[None]]
+GrpcHook = Callable[[Scope], Awaitable[None]]
+"""``async hook(scope)`` run for every gRPC call in a layer's slot; it rejects by raising a BastionError.
+
+The scope has ``type`` ``"grpc"``, ``method`` ``"POST"``, ``path`` ``/pkg.Service/Method``, ``headers`` (the
+call's metadata, lower-case names, latin-1 bytes), ``client`` and the request id; a token hook may write
+``scope[SCOPE_CLAIMS]`` for the rate limiter and the policy after it.
+"""
 
 
 class Slot(enum.Enum):
@@ -37,6 +45,18 @@ class Slot(enum.Enum):
     RATE_LIMIT = "rate_limit"
     POLICY = "policy"
     RESILIENCE = "resilience"
+
+
+SECURITY_SLOTS = (Slot.TOKEN_AUTH, Slot.RATE_LIMIT, Slot.POLICY)
+"""Slots whose operator layers must also guard gRPC calls (a ``grpc`` hook) when gRPC serves methods."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotUse:
+    """One operator layer in a slot: the HTTP/WebSocket layer and, optionally, its gRPC hook."""
+
+    layer: Layer
+    grpc: GrpcHook | None = None
 
 
 class Service:
@@ -54,7 +74,8 @@ class Service:
         self._frontend: list[BaseRoute] = []
         self._frontend_fallback: ASGIApp | None = None
         self._fallback: ASGIApp | None = None
-        self._slots: dict[Slot, list[Layer]] = {slot: [] for slot in Slot}
+        self._fallback_is_app = False
+        self._slots: dict[Slot, list[SlotUse]] = {slot: [] for slot in Slot}
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._revoke_route: tuple[str, str] | None = None
@@ -88,10 +109,13 @@ class Service:
     def set_fallback(self, handler: FallbackHandler) -> None:
         """Handle unmatched paths with ``async def handler(request) -> Response``. The last call wins."""
         self._fallback = handler_app(handler)
+        self._fallback_is_app = False
 
     def set_fallback_app(self, app: ASGIApp) -> None:
-        """Forward unmatched paths to an ASGI app (a proxy or gateway). The last call wins."""
+        """Forward unmatched paths to an ASGI app (a proxy or gateway; WebSocket handshakes too). The last call
+        wins."""
         self._fallback = app
+        self._fallback_is_app = True
 
     def mount_revoke_token_route(self, path: str = "/admin/revoke-token", *, admin_role: str = "admin") -> None:
         """Serve ``POST {path}`` ``{"jti", "reason", "exp"?}`` to revoke tokens; callers need ``admin_role``.
@@ -135,9 +159,14 @@ class Service:
         """Replace the default normalizer that turns unmatched paths into policy actions."""
         self._normalizer = normalizer
 
-    def use(self, slot: Slot, layer: Layer) -> None:
-        """Plug ``layer`` (``app -> app``) into ``slot``; several layers in one slot run in the order added."""
-        self._slots[slot].append(layer)
+    def use(self, slot: Slot, layer: Layer, *, grpc: GrpcHook | None = None) -> None:
+        """Plug ``layer`` (``app -> app``) into ``slot``; several layers in one slot run in the order added.
+
+        A layer sees HTTP requests and WebSocket handshakes. gRPC calls pass through ``grpc`` (``async
+        hook(scope)``, see :data:`GrpcHook`) at the same position; when gRPC serves methods, a token-auth,
+        rate-limit or policy layer without one is refused at build time, so no call skips it silently.
+        """
+        self._slots[slot].append(SlotUse(layer, grpc))
 
     def on_startup(self, hook: Hook) -> Hook:
         self._startup.append(hook)

@@ -12,6 +12,10 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
+RESPONSE_START = {"http": "http.response.start", "websocket": "websocket.http.response.start"}
+"""The message that starts a response (with its headers), by scope type: a WebSocket handshake that is refused
+before ``websocket.accept`` answers with an ordinary HTTP response (ASGI's ``websocket.http.response``)."""
+
 SCOPE_REQUEST_ID = "bastion.request_id"
 """str: the request id, kept from ``x-request-id`` or generated (request_id middleware)."""
 SCOPE_RESPONSE_HEADERS = "bastion.response_headers"

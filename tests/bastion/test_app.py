@@ -10,9 +10,10 @@ from fastapi import HTTPException
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from bastion import PolicyDenied, RateLimitExceeded, Service, Slot, TokenError, Unavailable, load_settings
+from bastion import PolicyDenied, RateLimitExceeded, Service, Slot, TokenError, Unavailable
 from bastion.errors import InvalidToken
 from bastion.types import SCOPE_REQUEST_ID, SCOPE_ROUTE, ASGIApp, Receive, Scope, Send
+from tests.conftest import open_settings
 
 
 class Item(BaseModel):
@@ -194,7 +195,7 @@ class TestSlots:
 
         service = items_service()
         service.use(Slot.TOKEN_AUTH, reject)
-        settings = load_settings(environ={"SERVICE_MIDDLEWARE_CORS_ALLOW_ORIGINS": "https://app.example"})
+        settings = open_settings(environ={"SERVICE_MIDDLEWARE_CORS_ALLOW_ORIGINS": "https://app.example"})
         response = await asgi_client(service, settings).get(
             "/api/v1/teapot", headers={"origin": "https://app.example", "x-request-id": "r2"}
         )
@@ -231,7 +232,7 @@ class TestLifespan:
         async def down() -> None:
             calls.append("down")
 
-        app = service.build()
+        app = service.build(open_settings())
         messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
         sent: list[str] = []
 
@@ -260,5 +261,5 @@ class TestLifespan:
         async def send(message: dict[str, str]) -> None:
             sent.append(message)
 
-        await service.build()({"type": "lifespan"}, receive, send)  # type: ignore[arg-type]
+        await service.build(open_settings())({"type": "lifespan"}, receive, send)  # type: ignore[arg-type]
         assert sent == [{"type": "lifespan.startup.failed", "message": "RuntimeError: no database"}]

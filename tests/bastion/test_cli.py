@@ -9,12 +9,22 @@ from pathlib import Path
 import pytest
 
 from bastion.cli import main
+from bastion.testing import TokenMinter
 from tests.conftest import BASTION, REPO
 
 EXAMPLE_CONFIG = REPO / "examples" / "documents_api" / "config.toml"
 
 
-def test_check_config_accepts_the_example(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def example_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The example's config reads ``.dev/jwt-public.pem`` (made by ``make run``); tests point it at a fresh key."""
+    path = tmp_path / "public.pem"
+    path.write_bytes(TokenMinter("RS256").public_pem())
+    monkeypatch.setenv("SERVICE_TOKEN_PUBLIC_KEY_PATH", str(path))
+    return path
+
+
+def test_check_config_accepts_the_example(example_key: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check-config", str(EXAMPLE_CONFIG)]) == 0
     out, err = capsys.readouterr()
     assert "configuration OK" in err
@@ -25,10 +35,10 @@ def test_check_config_accepts_the_example(capsys: pytest.CaptureFixture[str]) ->
 
 def test_check_config_masks_secrets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('[token]\nalgorithm = "HS256"\nsecret = "do-not-print"\n')
+    path.write_text('[token]\nalgorithm = "HS256"\nsecret = "do-not-print-do-not-print-do-not-print"\n')
     assert main(["check-config", str(path)]) == 0
-    out, _ = capsys.readouterr()
-    assert "do-not-print" not in out
+    out, err = capsys.readouterr()
+    assert "do-not-print" not in out + err
     assert json.loads(out)["token"]["secret"] == "***"
 
 
@@ -114,7 +124,7 @@ class TestPolicyCommands:
 
     def test_check_ok(self, capsys: pytest.CaptureFixture[str]) -> None:
         assert main(["policy", "check", str(self.POLICIES)]) == 0
-        assert "6 policies OK" in capsys.readouterr().out
+        assert "7 policies OK" in capsys.readouterr().out
 
     def test_check_names_statement_and_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         path = tmp_path / "bad.cedar"

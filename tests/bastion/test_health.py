@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import httpx
 
-from bastion import Service, load_settings
+from bastion import Service
+from tests.conftest import open_settings
 
 
 def service_with(**checks: tuple[Callable[[], object], bool]) -> Service:
@@ -41,7 +42,7 @@ async def test_health_body(asgi_client: Callable[..., httpx.AsyncClient]) -> Non
 
 
 async def test_service_name_from_settings_wins(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    settings = load_settings(environ={"SERVICE_NAME": "renamed", "SERVICE_VERSION": "9"})
+    settings = open_settings(environ={"SERVICE_NAME": "renamed", "SERVICE_VERSION": "9"})
     response = await asgi_client(service_with(), settings).get("/health")
     assert response.json() == {"status": "healthy", "service": "renamed", "version": "9"}
 
@@ -84,7 +85,7 @@ async def test_check_returning_false_is_unhealthy(asgi_client: Callable[..., htt
 
 
 async def test_hung_check_times_out(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    settings = load_settings(environ={"SERVICE_READY_TIMEOUT_SECS": "0.2"})
+    settings = open_settings(environ={"SERVICE_READY_TIMEOUT_SECS": "0.2"})
     client = asgi_client(service_with(a=(slow, False), b=(ok, False)), settings)
     response = await asyncio.wait_for(client.get("/ready"), timeout=10)
     assert response.status_code == 503

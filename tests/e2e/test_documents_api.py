@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from bastion.testing import TokenMinter
-from tests.conftest import BastionProcess
+from tests.conftest import TOKEN_OFF, BastionProcess
 
 EXAMPLE = ("examples.documents_api:service", "--config", "examples/documents_api/config.toml")
 
@@ -195,7 +195,7 @@ def test_garbage_request_line_gets_400(example: BastionProcess) -> None:
 
 
 def test_500_shows_no_traceback_and_logs_request_id(bastion_process: Callable[..., BastionProcess]) -> None:
-    process = bastion_process("slow_service:service", "--app-dir", "tests/e2e/apps")
+    process = bastion_process("slow_service:service", "--app-dir", "tests/e2e/apps", env=TOKEN_OFF)
     response = httpx.get(process.url + "/api/v1/boom", headers={"x-request-id": "boom-1"})
     assert response.status_code == 500
     assert response.json() == {"error": "Internal server error", "code": "INTERNAL_ERROR", "status": 500}
@@ -207,7 +207,7 @@ def test_500_shows_no_traceback_and_logs_request_id(bastion_process: Callable[..
 
 
 def test_sigterm_drains_in_flight_requests(bastion_process: Callable[..., BastionProcess]) -> None:
-    process = bastion_process("slow_service:service", "--app-dir", "tests/e2e/apps")
+    process = bastion_process("slow_service:service", "--app-dir", "tests/e2e/apps", env=TOKEN_OFF)
     result: dict[str, httpx.Response] = {}
 
     def call() -> None:

@@ -247,7 +247,9 @@ def test_rate_limited_call_is_resource_exhausted_with_retry_info(
         + '\n[rate_limit.routes."POST /documents.v1.DocumentService/ListDocuments"]\n'
         + "requests_per_minute = 1\nburst_size = 1\n"
     )
-    process = bastion_process("examples.documents_api:service", "--config", str(config), env=key_env)
+    policies = str(REPO / "examples/documents_api/policies.cedar")  # the copied config's relative path moved
+    env = {**key_env, "SERVICE_POLICY_POLICY_PATH": policies}
+    process = bastion_process("examples.documents_api:service", "--config", str(config), env=env)
     with grpc.insecure_channel(f"127.0.0.1:{process.port}") as chan:
         stub = pb_grpc.DocumentServiceStub(chan)
         metadata = auth(minter)

@@ -79,4 +79,4 @@ def test_bypass_paths_are_never_served_to_a_user(example: BastionProcess, minter
 def test_reload_route_is_admin_only(example: BastionProcess, minter: TokenMinter) -> None:
     assert httpx.post(example.url + "/admin/reload-policy", headers=as_user(minter, "alice", "user")).status_code == 403
     reloaded = httpx.post(example.url + "/admin/reload-policy", headers=as_user(minter, "root", "admin"))
-    assert reloaded.status_code == 200 and reloaded.json()["policies"] == 6
+    assert reloaded.status_code == 200 and reloaded.json()["policies"] == 7

@@ -40,7 +40,6 @@ def write_config(directory: Path, public_key: Path, extra: str = "", *, route_ru
 name = "rate-limit-e2e"
 
 [token]
-enabled = true
 algorithm = "RS256"
 public_key_path = "{public_key}"
 exclude_paths = ["{PUBLIC}"]

@@ -6,7 +6,6 @@ import base64
 import binascii
 import json
 import warnings
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -16,7 +15,7 @@ from joserfc.jwk import ECKey, KeySet, OctKey, RSAKey
 
 from bastion.auth._jwks import JwksUrlSource
 from bastion.auth.claims import Claims, claims_from_payload
-from bastion.config import TokenSettings
+from bastion.config import TokenSettings, read_file
 from bastion.errors import ConfigError, InvalidToken, Unavailable
 
 log = structlog.get_logger("bastion.auth.jwt")
@@ -27,13 +26,6 @@ MIN_HMAC_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
 EC_CURVES = {"ES256": "P-256", "ES384": "P-384"}
 
 Key = RSAKey | ECKey | OctKey
-
-
-def _read(path: str, what: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} {path!r}: {exc.strerror}") from None
 
 
 def check_key(key: Key, algorithm: str, origin: str) -> Key:
@@ -120,15 +112,8 @@ class JwtVerifier:
         self._single: Key | None = None
         self._source = jwks_source
         self._document: bytes | None = None
-        sources = [name for name in ("public_key_path", "secret", "jwks_path", "jwks_url") if getattr(settings, name)]
-        if len(sources) != 1:
-            raise ConfigError(
-                f"token: set exactly one of public_key_path, secret, jwks_path, jwks_url for {self.algorithm}"
-                f" (got {', '.join(sources) or 'none'})"
-            )
+        # TokenSettings has checked that exactly one source fits the algorithm (ConfigError naming the keys).
         if settings.secret is not None:
-            if not self.algorithm.startswith("HS"):
-                raise ConfigError(f"token.secret is for HS* algorithms; {self.algorithm} needs a public key")
             secret = settings.secret.get_secret_value().encode()
             if len(secret) < MIN_HMAC_BYTES[self.algorithm]:
                 raise ConfigError(
@@ -137,15 +122,18 @@ class JwtVerifier:
                 )
             self._single = OctKey.import_key(secret)
         elif settings.public_key_path is not None:
-            if self.algorithm.startswith("HS"):
-                raise ConfigError(f"token.public_key_path is for RS*/ES*; {self.algorithm} needs token.secret")
-            origin = f"token.public_key_path {settings.public_key_path!r}"
-            self._single = _import_pem(_read(settings.public_key_path, "public key"), self.algorithm, origin)
+            key = "token.public_key_path"
+            origin = f"{key} = {settings.public_key_path!r}"
+            self._single = _import_pem(read_file(key, settings.public_key_path), self.algorithm, origin)
         elif settings.jwks_path is not None:
-            origin = f"token.jwks_path {settings.jwks_path!r}"
-            self._keys = load_jwks(_read(settings.jwks_path, "JWKS file"), self.algorithm, origin)
+            origin = f"token.jwks_path = {settings.jwks_path!r}"
+            self._keys = load_jwks(read_file("token.jwks_path", settings.jwks_path), self.algorithm, origin)
         elif self._source is None:
-            assert settings.jwks_url is not None
+            if settings.jwks_url is None:
+                raise ConfigError(
+                    "token authentication has no key: set token.public_key_path, token.secret, token.jwks_path "
+                    "or token.jwks_url"
+                )
             self._source = JwksUrlSource(settings.jwks_url, refresh_secs=settings.jwks_refresh_secs)
 
     async def _key_for(self, header: dict[str, Any]) -> Key:

@@ -15,6 +15,7 @@ from bastion.types import SCOPE_CLAIMS, ASGIApp, Receive, Scope, Send
 # RFC 6750 2.1: credentials = "Bearer" 1*SP b64token
 _BEARER = re.compile(rb"(?i:bearer) +([A-Za-z0-9\-._~+/]+=*) *")
 _AUTHORIZATION = b"authorization"
+_GUARDED = frozenset({"http", "websocket"})
 
 
 def _challenge(realm: str, error: str | None = None, description: str | None = None) -> tuple[str, str]:
@@ -52,7 +53,8 @@ def bearer_token(values: list[bytes], *, max_token_bytes: int, realm: str = "api
 class TokenAuthMiddleware:
     """Require a valid bearer token on protected paths; put its Claims in scope[SCOPE_CLAIMS].
 
-    Public paths (``/health``, ``/ready``, exclude/include/public rules) and CORS preflights pass untouched.
+    HTTP requests and WebSocket handshakes (the same ``Authorization`` header) are checked alike. Public paths
+    (``/health``, ``/ready``, exclude/include/public rules) and CORS preflights pass untouched.
     Missing or malformed ``Authorization`` -> 401 ``UNAUTHORIZED``; bad token -> ``INVALID_TOKEN``; expired ->
     ``TOKEN_EXPIRED``; revoked -> ``TOKEN_REVOKED``; each with ``WWW-Authenticate: Bearer`` (RFC 6750 3).
     Sits inside the route-resolution layer and outside rate limiting and policy, which read the claims.
@@ -80,7 +82,7 @@ class TokenAuthMiddleware:
         return bearer_token(values, max_token_bytes=self.max_token_bytes, realm=self.realm)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.rules.requires_token(scope["path"]) or _is_preflight(scope):
+        if scope["type"] not in _GUARDED or not self.rules.requires_token(scope["path"]) or _is_preflight(scope):
             await self.app(scope, receive, send)
             return
         token = self._bearer(scope["headers"])
@@ -104,7 +106,7 @@ class TokenAuthMiddleware:
 
 
 def _is_preflight(scope: Scope) -> bool:
-    if scope["method"] != "OPTIONS":
+    if scope.get("method") != "OPTIONS":
         return False
     names = {name for name, _ in scope["headers"]}
     return b"origin" in names and b"access-control-request-method" in names

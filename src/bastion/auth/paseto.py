@@ -7,14 +7,13 @@ import binascii
 import contextlib
 import json
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pyseto
 from pyseto import Key, Paseto
 
 from bastion.auth.claims import Claims, claims_from_payload
-from bastion.config import TokenSettings
+from bastion.config import TokenSettings, read_file
 from bastion.errors import ConfigError, InvalidToken
 
 LOCAL_KEY_BYTES = 32
@@ -44,10 +43,7 @@ def load_paseto_key(settings: TokenSettings) -> Any:
     """The verification key from ``token.key_path``; ConfigError when it is missing or does not fit."""
     if settings.key_path is None:
         raise ConfigError("token.format = 'paseto' needs token.key_path")
-    try:
-        raw = Path(settings.key_path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read token.key_path {settings.key_path!r}: {exc.strerror}") from None
+    raw = read_file("token.key_path", settings.key_path)
     text = raw.strip()
     try:
         if text.startswith(b"k4."):

@@ -6,9 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bastion.errors import ConfigError
-from bastion.health import HEALTH_PATH, READY_PATH
-
-ALWAYS_PUBLIC = frozenset({HEALTH_PATH, READY_PATH})
+from bastion.health import ALWAYS_PUBLIC
 
 
 def _split(patterns: Iterable[str], key: str) -> tuple[frozenset[str], tuple[str, ...]]:

@@ -8,7 +8,7 @@ import re
 import struct
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -28,6 +28,7 @@ from bastion.types import SCOPE_CLAIMS, SCOPE_REQUEST_ID
 EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.")
 _SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=~-]{1,128}")
 
+GrpcHook = Callable[[dict[str, Any]], Awaitable[None]]
 GrpcResourceExtractor = Callable[[Any], Mapping[str, Any]]
 """``request message -> resource attributes`` for one method (e.g. ``owner_id`` from ``GetDocumentRequest``)."""
 
@@ -72,8 +73,14 @@ class GrpcGuard:
         auditor: Auditor,
         max_message_size: int,
         extractors: Mapping[str, GrpcResourceExtractor] | None = None,
-        rate_limit: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        rate_limit: GrpcHook | None = None,
+        token_hooks: Sequence[GrpcHook] = (),
+        rate_limit_hooks: Sequence[GrpcHook] = (),
+        policy_hooks: Sequence[GrpcHook] = (),
     ) -> None:
+        self.token_hooks = tuple(token_hooks)
+        self.rate_limit_hooks = tuple(rate_limit_hooks)
+        self.policy_hooks = tuple(policy_hooks)
         self.token_auth = token_auth
         self.policy = policy
         self.auditor = auditor
@@ -103,28 +110,52 @@ class GrpcGuard:
         structlog.contextvars.bind_contextvars(request_id=request_id, grpc_method=method)
         peer = event.peer.addr()
         peer_ip = parse_ip(str(peer[0])) if peer else None
+        headers = [(b"user-agent", (event.user_agent or "").encode("latin-1", "replace"))]
+        if event.metadata is not None:
+            headers.extend(
+                (str(name).lower().encode("latin-1", "replace"), str(value).encode("latin-1", "replace"))
+                for name, value in event.metadata.items()
+                if isinstance(value, str)
+            )
         scope: dict[str, Any] = {
             "type": "grpc",
             "method": "POST",  # gRPC is HTTP/2 POST: route rules such as "POST /pkg.Service/*" apply
             "path": method,
-            "headers": [(b"user-agent", (event.user_agent or "").encode("latin-1", "replace"))],
+            "headers": headers,
             "client": (peer_ip or "unknown", peer[1] if peer else 0),
             SCOPE_REQUEST_ID: request_id,
         }
-        claims: Claims | None = None
+        exempt = method.startswith(EXEMPT_PREFIXES)
         if not self._public(method) and self.token_auth is not None:
-            claims = await self._authenticate(event, scope)
-        if self.rate_limit is not None and not method.startswith(EXEMPT_PREFIXES):
+            await self._authenticate(event, scope)
+        if not exempt:
+            await self._run_hooks(self.token_hooks, scope)
+        if self.rate_limit is not None and not exempt:
             try:
                 await self.rate_limit(scope)
             except BastionError as exc:
                 # Retry information travels in trailing metadata (retry-after, x-ratelimit-*).
                 trailers_var.set(tuple((name.lower(), value) for name, value in exc.headers))
                 raise grpc_error(exc) from None
-        deferred = claims is not None and self.policy is not None and method in self.extractors
-        if claims is not None and self.policy is not None and not deferred:
+        if not exempt:
+            await self._run_hooks(self.rate_limit_hooks, scope)
+        claims = scope.get(SCOPE_CLAIMS)
+        claims = claims if isinstance(claims, Claims) else None
+        # Every call but health and reflection is decided, those without claims as the anonymous principal.
+        deferred = not exempt and self.policy is not None and method in self.extractors
+        if not exempt and self.policy is not None and not deferred:
             await self._authorize(scope, claims, method, {})
-        event.method_func = self._wrap(event.method_func, scope, claims if deferred else None, method)
+        if not exempt and not deferred:
+            await self._run_hooks(self.policy_hooks, scope)
+        event.method_func = self._wrap(event.method_func, scope, deferred, claims, method)
+
+    @staticmethod
+    async def _run_hooks(hooks: Sequence[GrpcHook], scope: dict[str, Any]) -> None:
+        for hook in hooks:
+            try:
+                await hook(scope)
+            except BastionError as exc:
+                raise grpc_error(exc) from None
 
     async def _authenticate(self, event: RecvRequest, scope: dict[str, Any]) -> Claims:
         assert self.token_auth is not None
@@ -143,36 +174,40 @@ class GrpcGuard:
             structlog.contextvars.bind_contextvars(sub=claims.sub)
         return claims
 
-    async def _authorize(self, scope: dict[str, Any], claims: Claims, method: str, resource: dict[str, Any]) -> None:
+    async def _authorize(
+        self, scope: dict[str, Any], claims: Claims | None, method: str, resource: dict[str, Any]
+    ) -> None:
         assert self.policy is not None
         context = {
             "ip_address": scope["client"][0],
             "timestamp": self.policy.now(),
             "user_agent": scope["headers"][0][1].decode("latin-1"),
             "request_id": scope[SCOPE_REQUEST_ID],
-            "roles": list(claims.roles),
+            "roles": list(claims.roles) if claims is not None else [],
         }
         decision = self.policy.decide_request(
             claims=claims, action=method, resource=(RESOURCE_TYPE, method, resource), context=context
         )
         if decision.failed:
-            log.error("policy_evaluation_failed", action=method, errors=list(decision.errors))
-            if self.policy.settings.fail_open:
+            fail_open = self.policy.fails_open(claims)
+            log.error("policy_evaluation_failed", action=method, errors=list(decision.errors), fail_open=fail_open)
+            if fail_open:
                 return
             raise GRPCError(Status.INTERNAL, "Policy evaluation failed")
         if not decision.allowed:
             await self.auditor.auth_event("AuthPermissionDenied", scope, action=method)
             raise grpc_error(PolicyDenied())
 
-    def _wrap(self, method_func: Any, scope: dict[str, Any], deferred: Claims | None, method: str) -> Any:
+    def _wrap(self, method_func: Any, scope: dict[str, Any], deferred: bool, claims: Claims | None, method: str) -> Any:
         guard = self
 
         async def guarded(stream: Any) -> None:
             stream.recv_message = guard._bounded_recv(stream)
-            if deferred is not None:
+            if deferred:
                 first = await stream.recv_message()
                 resource = dict(guard.extractors[method](first)) if first is not None else {}
-                await guard._authorize(scope, deferred, method, resource)
+                await guard._authorize(scope, claims, method, resource)
+                await guard._run_hooks(guard.policy_hooks, scope)
                 replay = [first]
                 original = stream.recv_message
 

@@ -38,6 +38,9 @@ def mask_query(query: bytes) -> str:
 class AccessLogMiddleware:
     """Log ``http_request`` with method, path, status, duration and client once the response is sent.
 
+    A WebSocket session is logged when it ends, with ``websocket: true`` and the handshake's status (101
+    when accepted).
+
     Headers are logged only with ``include_headers = true``, and then masked; bodies never are.
     """
 
@@ -47,7 +50,8 @@ class AccessLogMiddleware:
         self.sensitive = frozenset(h.lower() for h in settings.sensitive_headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        kind = scope["type"]
+        if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
@@ -55,8 +59,13 @@ class AccessLogMiddleware:
 
         async def send_and_record(message: Message) -> None:
             nonlocal status
-            if message["type"] == "http.response.start":
+            kind = message["type"]
+            if kind == "http.response.start" or kind == "websocket.http.response.start":
                 status = message["status"]
+            elif kind == "websocket.accept":
+                status = 101
+            elif kind == "websocket.close" and not status:
+                status = 403  # refused before accept: the server answers the handshake with 403
             await send(message)
 
         try:
@@ -64,7 +73,7 @@ class AccessLogMiddleware:
         finally:
             client = scope.get("client")
             fields: dict[str, object] = {
-                "method": scope["method"],
+                "method": scope.get("method", "GET"),
                 "path": scope["path"],
                 "status": status,
                 "duration_ms": round((time.perf_counter() - start) * 1000, 3),
@@ -74,4 +83,6 @@ class AccessLogMiddleware:
                 fields["query"] = mask_query(scope["query_string"])
             if self.include_headers:
                 fields["headers"] = mask_headers(scope["headers"], self.sensitive)
+            if kind == "websocket":
+                fields["websocket"] = True
             log.info("http_request", **fields)

@@ -7,7 +7,7 @@ import re
 
 import structlog
 
-from bastion.types import SCOPE_REQUEST_ID, ASGIApp, Message, Receive, Scope, Send
+from bastion.types import RESPONSE_START, SCOPE_REQUEST_ID, ASGIApp, Message, Receive, Scope, Send
 
 HEADER = b"x-request-id"
 MAX_LENGTH = 128
@@ -41,9 +41,10 @@ class RequestIdMiddleware:
         request_id = incoming_request_id(scope["headers"]) or os.urandom(16).hex()
         scope[SCOPE_REQUEST_ID] = request_id
         raw = request_id.encode("ascii")
+        start = RESPONSE_START[scope["type"]]
 
         async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] == start:
                 headers = [h for h in message.get("headers", ()) if h[0].lower() != HEADER]
                 headers.append((HEADER, raw))
                 message["headers"] = headers

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bastion.config import SecurityHeadersSettings
-from bastion.types import ASGIApp, Headers, Message, Receive, Scope, Send
+from bastion.types import RESPONSE_START, ASGIApp, Headers, Message, Receive, Scope, Send
 
 
 def security_headers(settings: SecurityHeadersSettings) -> tuple[Headers, Headers]:
@@ -23,7 +23,8 @@ def security_headers(settings: SecurityHeadersSettings) -> tuple[Headers, Header
 
 
 class SecurityHeadersMiddleware:
-    """Add the configured security headers to every HTTP response, unless the handler set its own.
+    """Add the configured security headers to every HTTP response (and refused WebSocket handshake), unless the
+    handler set its own.
 
     HSTS only on requests that arrived over TLS (RFC 6797 7.2: never over plain HTTP).
     """
@@ -34,13 +35,14 @@ class SecurityHeadersMiddleware:
         self.secure = self.plain + tls
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        start = RESPONSE_START.get(scope["type"])
+        if start is None:
             await self.app(scope, receive, send)
             return
-        extra = self.secure if scope.get("scheme") == "https" else self.plain
+        extra = self.secure if scope.get("scheme") in ("https", "wss") else self.plain
 
         async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] == start:
                 headers = list(message.get("headers", ()))
                 present = {name.lower() for name, _ in headers}
                 headers.extend(h for h in extra if h[0] not in present)

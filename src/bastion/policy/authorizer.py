@@ -14,7 +14,8 @@ from bastion.audit import Auditor
 from bastion.auth.claims import Claims
 from bastion.client_ip import client_ip
 from bastion.config import PolicySettings
-from bastion.errors import PolicyDenied, PolicyError
+from bastion.errors import ConfigError, PolicyDenied, PolicyError
+from bastion.health import ALWAYS_PUBLIC
 from bastion.policy.cache import DecisionCache, frozen_flat
 from bastion.policy.engine import Decision, LoadedPolicies, PolicyEngine, PolicyLoadError, evaluate
 from bastion.policy.normalize import Normalizer, default_normalizer
@@ -24,6 +25,12 @@ from bastion.types import SCOPE_CLAIMS, SCOPE_REQUEST_ID, SCOPE_ROUTE, Scope
 PRINCIPAL_TYPE = "User"
 RESOURCE_TYPE = "Resource"
 ANONYMOUS = "anonymous"
+ANONYMOUS_TYPE = "Anonymous"
+ANONYMOUS_PRINCIPAL: tuple[str, str, dict[str, Any]] = (ANONYMOUS_TYPE, ANONYMOUS, {"roles": [], "perms": []})
+"""A request without claims (a public path, or token auth off): ``Anonymous::"anonymous"``, no roles or perms.
+
+Its own entity type, so no token (whatever its ``sub``) can be it; ``principal is User`` excludes it.
+"""
 _I64 = 2**63
 
 ResourceExtractor = Callable[[Scope, dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
@@ -71,9 +78,10 @@ class PolicyAuthorizer:
         extractors: Mapping[str, ResourceExtractor] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        assert settings.policy_path is not None
+        if settings.policy_path is None:
+            raise ConfigError("policy authorization needs policy.policy_path")
         self.settings = settings
-        self.engine = PolicyEngine(settings.policy_path)
+        self.engine = PolicyEngine(settings.policy_path, key="policy.policy_path")
         self.auditor = auditor
         self.trust_forwarded = trust_forwarded
         self.normalizer = normalizer or default_normalizer
@@ -96,10 +104,13 @@ class PolicyAuthorizer:
         return loaded
 
     def action_of(self, scope: Scope) -> tuple[str, dict[str, Any], str | None]:
+        """``(action, path params, route template)``: ``"<METHOD> <template>"`` for a matched route, else the
+        normalized path. A WebSocket handshake is a ``GET``."""
+        method = scope.get("method", "GET")
         route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
         if route is not None and route.method_allowed:
-            return f"{scope['method']} {route.template}", dict(route.path_params), route.template
-        return f"{scope['method']} {self.normalizer(scope['path'])}", {}, None
+            return f"{method} {route.template}", dict(route.path_params), route.template
+        return f"{method} {self.normalizer(scope['path'])}", {}, None
 
     async def resource_of(
         self, scope: Scope, action: str, template: str | None, params: dict[str, Any]
@@ -113,7 +124,7 @@ class PolicyAuthorizer:
             attributes.update({name: _cedar_value(value) for name, value in extra.items()})
         return attributes
 
-    def context_of(self, scope: Scope, claims: Claims) -> dict[str, Any]:
+    def context_of(self, scope: Scope, claims: Claims | None) -> dict[str, Any]:
         """The request context; only the attributes the loaded policies read are computed."""
         wanted = self.engine.current.context_attributes
         context: dict[str, Any] = {}
@@ -126,10 +137,10 @@ class PolicyAuthorizer:
         if wanted is None or "request_id" in wanted:
             context["request_id"] = scope.get(SCOPE_REQUEST_ID, "")
         if wanted is None or "roles" in wanted:
-            context["roles"] = list(claims.roles)
+            context["roles"] = list(claims.roles) if claims is not None else []
         return context
 
-    async def decide(self, scope: Scope, claims: Claims) -> tuple[str, Decision]:
+    async def decide(self, scope: Scope, claims: Claims | None) -> tuple[str, Decision]:
         """The decision for an HTTP request (action from the resolved route or the normalizer)."""
         action, params, template = self.action_of(scope)
         resource_attributes = await self.resource_of(scope, action, template, params)
@@ -144,23 +155,30 @@ class PolicyAuthorizer:
     def decide_request(
         self,
         *,
-        claims: Claims,
+        claims: Claims | None,
         action: str,
         resource: tuple[str, str, dict[str, Any]],
         context: dict[str, Any],
     ) -> Decision:
-        """Decide one request, through the decision cache (HTTP and gRPC share this)."""
+        """Decide one request, through the decision cache (HTTP and gRPC share this).
+
+        ``claims`` ``None`` is the anonymous principal (:data:`ANONYMOUS_PRINCIPAL`).
+        """
         policies = self.engine.current
         referenced = policies.context_attributes
         keyed_context = context if referenced is None else {k: v for k, v in context.items() if k in referenced}
         # The principal's attributes all come from these claims (tuples already), so they key it directly.
-        principal_key = (claims.sub, claims.roles, claims.perms, claims.username, claims.email, claims.client_id)
+        principal_key = (
+            None
+            if claims is None
+            else (claims.sub, claims.roles, claims.perms, claims.username, claims.email, claims.client_id)
+        )
         key = (policies.digest, action, principal_key, frozen_flat(resource[2]), frozen_flat(keyed_context))
         cached = self.cache.get(key)
         if cached is not None:
             return cached
         self.evaluations += 1
-        principal = principal_of(claims)
+        principal = ANONYMOUS_PRINCIPAL if claims is None else principal_of(claims)
         decision = evaluate(policies, principal=principal, action=action, resource=resource, context=context)
         self.cache.put(key, decision)
         return decision
@@ -168,20 +186,30 @@ class PolicyAuthorizer:
     def now(self) -> int:
         return int(self._clock())
 
+    def fails_open(self, claims: Claims | None) -> bool:
+        """Whether an evaluation failure allows this caller: ``fail_open``, and never for an anonymous one."""
+        return self.settings.fail_open and claims is not None
+
     async def authorize(self, scope: Scope) -> None:
-        """Allow or raise; requests without claims (public paths) are not policy-checked."""
+        """Allow or raise PolicyDenied (403) / PolicyError (500).
+
+        Every request is decided, those without claims as the anonymous principal (default deny applies),
+        except ``/health`` and ``/ready`` and a request whose path exists only with other methods (the
+        dispatcher answers 405 before any policy is asked, the same for every caller).
+        """
+        if scope["path"] in ALWAYS_PUBLIC:
+            return
+        route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
+        if route is not None and not route.method_allowed:
+            return
         claims = scope.get(SCOPE_CLAIMS)
         if not isinstance(claims, Claims):
-            return
+            claims = None
         action, decision = await self.decide(scope, claims)
         if decision.failed:
-            log.error(
-                "policy_evaluation_failed",
-                action=action,
-                errors=list(decision.errors),
-                fail_open=self.settings.fail_open,
-            )
-            if self.settings.fail_open:
+            fail_open = self.fails_open(claims)
+            log.error("policy_evaluation_failed", action=action, errors=list(decision.errors), fail_open=fail_open)
+            if fail_open:
                 return
             raise PolicyError()
         if not decision.allowed:

@@ -118,25 +118,31 @@ def _context_attributes(node: object) -> frozenset[str] | None:
     return None if whole else frozenset(found)
 
 
-def load_policies(path: str | Path) -> LoadedPolicies:
-    """Read and parse ``path``; raise PolicyLoadError naming the file and, where Cedar does not, the statement."""
+def load_policies(path: str | Path, *, key: str | None = None) -> LoadedPolicies:
+    """Read and parse ``path``; raise PolicyLoadError naming the file (and the config ``key`` that named it, if
+    any) and, where Cedar does not, the statement and line."""
+    origin = f"{key} = {str(path)!r}" if key else f"policy file {str(path)!r}"
     try:
         text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyLoadError(f"{origin}: cannot read the file (no such file)") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyLoadError(f"cannot read policy file {str(path)!r}: {exc}") from None
-    return parse_policies(text, origin=str(path))
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise PolicyLoadError(f"{origin}: cannot read the file ({reason})") from None
+    return parse_policies(text, origin=origin)
 
 
-def parse_policies(text: str, *, origin: str = "<policies>") -> LoadedPolicies:
+def parse_policies(text: str, *, origin: str = "policies") -> LoadedPolicies:
+    """Parse Cedar policy text; ``origin`` (e.g. ``policy file 'p.cedar'``) starts every error message."""
     try:
         policy_set = cedarpy.PolicySet.from_str(text)
     except ValueError as exc:
         where = _locate_error(text)
-        raise PolicyLoadError(f"policy file {origin!r} does not parse: {where or exc}") from None
+        raise PolicyLoadError(f"{origin} does not parse: {where or exc}") from None
     document = json.loads(cedarpy.policies_to_json_str(text))
     statements = len(document.get("staticPolicies", {})) + len(document.get("templates", {}))
     if statements == 0:
-        raise PolicyLoadError(f"policy file {origin!r} has no policies; everything would be denied")
+        raise PolicyLoadError(f"{origin} has no policies; everything would be denied")
     return LoadedPolicies(
         policy_set=policy_set,
         digest=hashlib.sha256(text.encode()).hexdigest()[:16],
@@ -153,11 +159,12 @@ class PolicyEngine:
     otherwise turn an error into an Allow.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, key: str | None = None) -> None:
         self.path = Path(path)
+        self.key = key
         self._lock = threading.Lock()
         self.signature = self.file_signature()
-        self.current = load_policies(self.path)
+        self.current = load_policies(self.path, key=key)
 
     def file_signature(self) -> tuple[int, int] | None:
         """``(mtime_ns, size)`` of the policy file, ``None`` when it cannot be read; taken before each load."""
@@ -170,7 +177,7 @@ class PolicyEngine:
     def reload(self) -> LoadedPolicies:
         """Re-read and re-parse the file; on success swap it in, on failure keep the old set and raise."""
         signature = self.file_signature()
-        loaded = load_policies(self.path)
+        loaded = load_policies(self.path, key=self.key)
         with self._lock:
             self.current = loaded
             self.signature = signature

@@ -7,7 +7,7 @@ from bastion.types import ASGIApp, Receive, Scope, Send
 
 
 class PolicyMiddleware:
-    """Ask the PolicyAuthorizer about each HTTP request that carries claims.
+    """Ask the PolicyAuthorizer about each HTTP request and WebSocket handshake (a ``GET``).
 
     Reads scope[SCOPE_CLAIMS] (token auth) and scope[SCOPE_ROUTE] (route resolution). Raises PolicyDenied
     (403) or PolicyError (500); the error renderer shapes both.
@@ -18,6 +18,6 @@ class PolicyMiddleware:
         self.authorizer = authorizer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] in ("http", "websocket"):
             await self.authorizer.authorize(scope)
         await self.app(scope, receive, send)

@@ -137,7 +137,7 @@ class RuleSet:
 
     def bucket_for(self, scope: Scope, *, trust_forwarded: bool = False) -> Bucket:
         """The one bucket this request is charged to (route rule first, else the caller's global bucket)."""
-        rule = self.routes.match(scope["method"], scope["path"]) if self._has_routes else None
+        rule = self.routes.match(scope.get("method", "GET"), scope["path"]) if self._has_routes else None
         if rule is not None and not rule.per_user:
             return Bucket(route_key(rule.name), rule.quota)
         kind, identifier = caller_identifier(scope, trust_forwarded=trust_forwarded)

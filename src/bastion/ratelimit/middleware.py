@@ -6,11 +6,10 @@ from collections.abc import Iterable
 
 from bastion.audit import Auditor
 from bastion.errors import RateLimitExceeded
-from bastion.health import HEALTH_PATH, READY_PATH
+from bastion.health import ALWAYS_PUBLIC
 from bastion.ratelimit.buckets import LimiterStore, Outcome, RuleSet
-from bastion.types import SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
+from bastion.types import RESPONSE_START, SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
 
-EXEMPT_PATHS = frozenset({HEALTH_PATH, READY_PATH})
 DENIED_EVENT = "HttpRequestDenied"
 DENIED_EVENT_TYPE = "http.request.denied"
 
@@ -31,7 +30,7 @@ async def charge(
                 DENIED_EVENT,
                 scope,
                 event_type=DENIED_EVENT_TYPE,
-                method=scope["method"],
+                method=scope.get("method", "GET"),
                 path=scope["path"],
                 bucket=bucket.key,
                 limit=outcome.limit,
@@ -60,7 +59,7 @@ class RateLimitMiddleware:
         rules: RuleSet,
         trust_forwarded: bool = False,
         auditor: Auditor | None = None,
-        exempt_paths: Iterable[str] = EXEMPT_PATHS,
+        exempt_paths: Iterable[str] = ALWAYS_PUBLIC,
     ) -> None:
         self.app = app
         self.store = store
@@ -70,7 +69,8 @@ class RateLimitMiddleware:
         self.exempt_paths = frozenset(exempt_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.exempt_paths:
+        start = RESPONSE_START.get(scope["type"])
+        if start is None or scope["path"] in self.exempt_paths:
             await self.app(scope, receive, send)
             return
         outcome = await charge(
@@ -80,7 +80,7 @@ class RateLimitMiddleware:
         scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *extra]
 
         async def send_with_quota(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] == start:
                 message["headers"] = [*message.get("headers", ()), *extra]
             await send(message)
 

@@ -22,9 +22,13 @@ def handler_app(handler: FallbackHandler) -> ASGIApp:
 
 
 async def empty_not_found(scope: Scope, receive: Receive, send: Send) -> None:
-    """The spec's unmatched-path answer: 404 with an empty body."""
-    await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"0")]})
-    await send({"type": "http.response.body", "body": b""})
+    """The spec's unmatched-path answer: 404 with an empty body (also to a WebSocket handshake)."""
+    kind = "websocket.http.response" if scope["type"] == "websocket" else "http.response"
+    if kind == "websocket.http.response" and "websocket.http.response" not in (scope.get("extensions") or {}):
+        await send({"type": "websocket.close", "code": 1008})  # the server refuses the handshake itself
+        return
+    await send({"type": f"{kind}.start", "status": 404, "headers": [(b"content-length", b"0")]})
+    await send({"type": f"{kind}.body", "body": b""})
 
 
 class Dispatcher:
@@ -32,6 +36,8 @@ class Dispatcher:
 
     Versioned routes were resolved by RouteResolutionMiddleware (scope[SCOPE_ROUTE]); a path that matches
     only with another method is a 405 in the error shape. Without a fallback an unmatched path is an empty 404.
+    A WebSocket handshake reaches only WebSocket routes (versioned or frontend) or a fallback app; anywhere
+    else (an HTTP route, ``/health``) it is refused with the same empty 404.
     """
 
     def __init__(
@@ -42,26 +48,30 @@ class Dispatcher:
         versioned: ASGIApp,
         frontend: Sequence[BaseRoute] = (),
         fallback: ASGIApp | None = None,
+        fallback_takes_websockets: bool = False,
     ) -> None:
         self.builtins = dict(builtins)
         self.table = table
         self.versioned = versioned
         self.frontend = list(frontend)
         self.fallback = fallback or empty_not_found
+        # A fallback *app* (a proxy) may forward WebSockets; a request -> response handler cannot take one.
+        self.websocket_fallback = self.fallback if fallback_takes_websockets else empty_not_found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             return
         path = route_path(scope)
+        websocket = scope["type"] == "websocket"
         builtin = self.builtins.get(path)
-        if builtin is not None:
-            if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
+        if builtin is not None and not websocket:
+            if scope["method"] not in ("GET", "HEAD"):
                 raise MethodNotAllowed(headers=[("allow", "GET, HEAD")])
             await builtin(scope, receive, send)
             return
         resolved = scope.get(SCOPE_ROUTE, _UNRESOLVED)
         if resolved is _UNRESOLVED:
-            resolved = self.table.resolve(scope.get("method", "GET"), path)
+            resolved = self.table.resolve(scope.get("method", "GET"), path, websocket=websocket)
         if resolved is not None:
             if not resolved.method_allowed:
                 raise MethodNotAllowed(headers=[("allow", ", ".join(sorted(resolved.allowed_methods)))])
@@ -85,4 +95,4 @@ class Dispatcher:
             scope.update(partial_scope)
             await partial.handle(scope, receive, send)
             return
-        await self.fallback(scope, receive, send)
+        await (self.websocket_fallback if websocket else self.fallback)(scope, receive, send)

@@ -9,8 +9,8 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
-from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
-from starlette.routing import compile_path
+from fastapi.routing import APIRoute, APIWebSocketRoute, RouteContext, iter_route_contexts
+from starlette.routing import WebSocketRoute, compile_path
 
 from bastion.types import SCOPE_ROUTE, ASGIApp, Receive, Scope, Send
 
@@ -30,6 +30,8 @@ class RouteEntry:
     version: int | None
     name: str | None = None
     handler: ASGIApp | None = None
+    websocket: bool = False
+    """A WebSocket route: matched only by WebSocket handshakes (which never match an HTTP route)."""
     template: str = field(init=False)
     regex: re.Pattern[str] = field(init=False, repr=False)
     convertors: dict[str, Any] = field(init=False, repr=False)
@@ -96,15 +98,21 @@ class RouteTable:
                     version=version,
                     name=context.name,
                     handler=_direct_handler(context),
+                    websocket=isinstance(context.original_route, APIWebSocketRoute | WebSocketRoute),
                 )
             )
         return entries
 
-    def resolve(self, method: str, path: str) -> ResolvedRoute | None:
-        """The route ``method path`` reaches; ``method_allowed`` is false when only other methods match."""
+    def resolve(self, method: str, path: str, *, websocket: bool = False) -> ResolvedRoute | None:
+        """The route ``method path`` reaches; ``method_allowed`` is false when only other methods match.
+
+        ``websocket`` resolves a WebSocket handshake: only WebSocket routes match it, and it matches no other.
+        """
         partial: tuple[RouteEntry, dict[str, Any]] | None = None
         allowed: set[str] = set()
         for entry in self.entries:
+            if entry.websocket is not websocket:
+                continue
             match = entry.regex.match(path)
             if match is None:
                 continue
@@ -150,4 +158,6 @@ class RouteResolutionMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope[SCOPE_ROUTE] = self.table.resolve(scope["method"], route_path(scope))
+        elif scope["type"] == "websocket":
+            scope[SCOPE_ROUTE] = self.table.resolve("GET", route_path(scope), websocket=True)
         await self.app(scope, receive, send)

@@ -64,8 +64,8 @@ async def test_garbage_is_invalid(tmp_path: Path, token: str) -> None:
 
 class TestKeyFile:
     def test_missing_key_path(self) -> None:
-        with pytest.raises(ConfigError, match=r"needs token\.key_path"):
-            PasetoVerifier(TokenSettings(format="paseto", purpose="local"))
+        with pytest.raises(ValueError, match=r"token\.format = 'paseto' needs token\.key_path"):
+            TokenSettings(format="paseto", purpose="local")
 
     def test_short_local_key(self, tmp_path: Path) -> None:
         path = tmp_path / "k"

@@ -7,8 +7,9 @@ from collections.abc import Callable
 import httpx
 from structlog.testing import capture_logs
 
-from bastion import Service, load_settings
+from bastion import Service
 from bastion.middleware.access_log import mask_headers, mask_query
+from tests.conftest import open_settings
 
 
 def service() -> Service:
@@ -40,7 +41,7 @@ async def test_one_line_per_request(asgi_client: Callable[..., httpx.AsyncClient
 
 
 async def test_headers_masked_when_included(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    settings = load_settings(environ={"SERVICE_MIDDLEWARE_ACCESS_LOG_INCLUDE_HEADERS": "true"})
+    settings = open_settings(environ={"SERVICE_MIDDLEWARE_ACCESS_LOG_INCLUDE_HEADERS": "true"})
     with capture_logs() as logs:
         await asgi_client(service(), settings).get(
             "/api/v1/x?access_token=secret-token",

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import httpx
 
-from bastion import Service, load_settings
+from bastion import Service
+from tests.conftest import open_settings
 
 
 def service() -> Service:
@@ -30,6 +31,6 @@ async def test_small_response_is_not(asgi_client: Callable[..., httpx.AsyncClien
 
 
 async def test_disabled(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    settings = load_settings(environ={"SERVICE_MIDDLEWARE_COMPRESSION_ENABLED": "false"})
+    settings = open_settings(environ={"SERVICE_MIDDLEWARE_COMPRESSION_ENABLED": "false"})
     response = await asgi_client(service(), settings).get("/api/v1/big", headers={"accept-encoding": "gzip"})
     assert "content-encoding" not in response.headers

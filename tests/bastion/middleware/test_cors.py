@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 import httpx
 
-from bastion import Service, Slot, load_settings
+from bastion import Service, Slot
 from bastion.errors import TokenError
 from bastion.types import ASGIApp, Receive, Scope, Send
+from tests.conftest import open_settings
 
 ORIGIN = "https://app.example"
 
@@ -28,7 +29,7 @@ def locked_service() -> Service:
 
 
 def cors_settings() -> object:
-    return load_settings(environ={"SERVICE_MIDDLEWARE_CORS_ALLOW_ORIGINS": ORIGIN})
+    return open_settings(environ={"SERVICE_MIDDLEWARE_CORS_ALLOW_ORIGINS": ORIGIN})
 
 
 async def test_no_cors_headers_by_default(asgi_client: Callable[..., httpx.AsyncClient]) -> None:

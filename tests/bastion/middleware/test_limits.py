@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 from fastapi import Request
 
-from bastion import Service, load_settings
+from bastion import Service
+from tests.conftest import open_settings
 
 
 def service() -> Service:
@@ -31,7 +32,7 @@ def service() -> Service:
 
 
 async def test_slow_handler_gets_504(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    settings = load_settings(environ={"SERVICE_MIDDLEWARE_TIMEOUT_SECS": "0.1"})
+    settings = open_settings(environ={"SERVICE_MIDDLEWARE_TIMEOUT_SECS": "0.1"})
     response = await asyncio.wait_for(asgi_client(service(), settings).get("/api/v1/hang"), timeout=10)
     assert response.status_code == 504
     assert response.json() == {
@@ -44,7 +45,7 @@ async def test_slow_handler_gets_504(asgi_client: Callable[..., httpx.AsyncClien
 async def test_declared_oversized_body_is_413_before_reading(
     asgi_client: Callable[..., httpx.AsyncClient],
 ) -> None:
-    settings = load_settings(environ={"SERVICE_MIDDLEWARE_MAX_BODY_BYTES": "100"})
+    settings = open_settings(environ={"SERVICE_MIDDLEWARE_MAX_BODY_BYTES": "100"})
     response = await asgi_client(service(), settings).post("/api/v1/echo", content=b"x" * 101)
     assert response.status_code == 413
     assert response.json() == {
@@ -55,7 +56,7 @@ async def test_declared_oversized_body_is_413_before_reading(
 
 
 async def test_streamed_oversized_body_is_413(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    settings = load_settings(environ={"SERVICE_MIDDLEWARE_MAX_BODY_BYTES": "100"})
+    settings = open_settings(environ={"SERVICE_MIDDLEWARE_MAX_BODY_BYTES": "100"})
 
     async def chunks() -> AsyncIterator[bytes]:
         for _ in range(5):
@@ -68,13 +69,13 @@ async def test_streamed_oversized_body_is_413(asgi_client: Callable[..., httpx.A
 
 
 async def test_body_at_the_limit_passes(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    settings = load_settings(environ={"SERVICE_MIDDLEWARE_MAX_BODY_BYTES": "100"})
+    settings = open_settings(environ={"SERVICE_MIDDLEWARE_MAX_BODY_BYTES": "100"})
     response = await asgi_client(service(), settings).post("/api/v1/echo", content=b"x" * 100)
     assert response.json() == {"size": 100}
 
 
 async def test_garbage_content_length_is_400(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    app = service().build()
+    app = service().build(open_settings())
     sent: list[dict[str, object]] = []
 
     async def receive() -> dict[str, object]:

@@ -7,7 +7,8 @@ from collections.abc import Callable
 import httpx
 from starlette.responses import JSONResponse
 
-from bastion import Service, load_settings
+from bastion import Service
+from tests.conftest import open_settings
 
 
 def service() -> Service:
@@ -49,7 +50,7 @@ async def test_handler_value_is_kept(asgi_client: Callable[..., httpx.AsyncClien
 
 
 async def test_csp_when_configured(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    settings = load_settings(
+    settings = open_settings(
         environ={"SERVICE_MIDDLEWARE_SECURITY_HEADERS_CONTENT_SECURITY_POLICY": "default-src 'none'"}
     )
     response = await asgi_client(service(), settings).get("/api/v1/x")
@@ -57,5 +58,5 @@ async def test_csp_when_configured(asgi_client: Callable[..., httpx.AsyncClient]
 
 
 async def test_can_be_disabled(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-    settings = load_settings(environ={"SERVICE_MIDDLEWARE_SECURITY_HEADERS_ENABLED": "false"})
+    settings = open_settings(environ={"SERVICE_MIDDLEWARE_SECURITY_HEADERS_ENABLED": "false"})
     assert "x-frame-options" not in (await asgi_client(service(), settings).get("/api/v1/x")).headers

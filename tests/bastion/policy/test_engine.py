@@ -87,7 +87,7 @@ class TestParsing:
 
     def test_error_names_statement_and_line(self) -> None:
         text = "permit(principal, action, resource);\n\n// next\nforbid(principal, actoin, resource);\n"
-        with pytest.raises(PolicyLoadError, match=r"'p.cedar' does not parse: statement 2 \(line 4\): .*actoin"):
+        with pytest.raises(PolicyLoadError, match=r"^p\.cedar does not parse: statement 2 \(line 4\): .*actoin"):
             parse_policies(text, origin="p.cedar")
 
     def test_unterminated_last_statement(self) -> None:
@@ -100,8 +100,16 @@ class TestParsing:
             parse_policies(text, origin="p")
 
     def test_missing_file(self, tmp_path: Path) -> None:
-        with pytest.raises(PolicyLoadError, match="cannot read policy file"):
-            PolicyEngine(tmp_path / "absent.cedar")
+        absent = tmp_path / "absent.cedar"
+        with pytest.raises(PolicyLoadError) as info:
+            PolicyEngine(absent)
+        assert str(info.value) == f"policy file {str(absent)!r}: cannot read the file (no such file)"
+
+    def test_missing_file_names_the_config_key(self, tmp_path: Path) -> None:
+        absent = tmp_path / "absent.cedar"
+        with pytest.raises(PolicyLoadError) as info:
+            PolicyEngine(absent, key="policy.policy_path")
+        assert str(info.value) == f"policy.policy_path = {str(absent)!r}: cannot read the file (no such file)"
 
     def test_binary_garbage(self, tmp_path: Path) -> None:
         path = tmp_path / "p.cedar"

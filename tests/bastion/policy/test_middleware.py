@@ -40,10 +40,8 @@ def make_settings(minter: TokenMinter, tmp_path: Path, policy_file: Path) -> Cal
     def make(**env: str) -> Settings:
         return load_settings(
             environ={
-                "SERVICE_TOKEN_ENABLED": "true",
                 "SERVICE_TOKEN_ALGORITHM": "ES256",
                 "SERVICE_TOKEN_PUBLIC_KEY_PATH": str(key),
-                "SERVICE_POLICY_ENABLED": "true",
                 "SERVICE_POLICY_POLICY_PATH": str(policy_file),
                 **env,
             }
@@ -262,7 +260,7 @@ class TestReload:
         admin = bearer(minter, "root", ("admin",))
         async with client_for(app) as client:
             ok = await client.post("/admin/reload-policy", headers=admin)
-            assert ok.status_code == 200 and ok.json()["reloaded"] is True and ok.json()["policies"] == 6
+            assert ok.status_code == 200 and ok.json()["reloaded"] is True and ok.json()["policies"] == 7
             policy_file.write_text("permit(principal, action, resource")
             bad = await client.post("/admin/reload-policy", headers=admin)
             assert bad.status_code == 500

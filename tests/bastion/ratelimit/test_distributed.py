@@ -36,6 +36,7 @@ def unique(prefix: str = "alice") -> str:
 def distributed_settings(url: str, *, max_connections: int = 10, **rate_limit: Any) -> Settings:
     return Settings.model_validate(
         {
+            "token": {"enabled": False},
             "cache_store": {"url": url, "max_connections": max_connections},
             "rate_limit": {"distributed": True, "auto_apply": False, **rate_limit},
         }
@@ -140,7 +141,7 @@ class TestThroughTheApp:
 
     async def test_local_limiters_do_not_share(self, asgi_client: Client) -> None:
         """The contrast: the local limiter is per instance, so two instances allow 2N."""
-        settings = Settings.model_validate({"rate_limit": {"per_user_rpm": 3}})
+        settings = Settings.model_validate({"token": {"enabled": False}, "rate_limit": {"per_user_rpm": 3}})
         first, second = asgi_client(service(), settings), asgi_client(service(), settings)
         statuses = [(await client.get("/api/v1/items")).status_code for client in (first, second) for _ in range(5)]
         assert statuses.count(200) == 6
@@ -164,7 +165,11 @@ class TestThroughTheApp:
         from bastion.ratelimit import RateLimiting
 
         settings = Settings.model_validate(
-            {"rate_limit": {"auto_apply": False, "per_user_rpm": 1}, "cache_store": {"url": valkey_url}}
+            {
+                "token": {"enabled": False},
+                "rate_limit": {"auto_apply": False, "per_user_rpm": 1},
+                "cache_store": {"url": valkey_url},
+            }
         )
         store = RedisCacheStore(valkey_url)
         svc: Service = service()

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from bastion import BastionApp, PolicyDenied, Slot, load_settings
+from bastion import BastionApp, PolicyDenied, RateLimitExceeded, Slot
 from bastion.cache_store import MemoryCacheStore
 from bastion.config import Settings
 from bastion.errors import InvalidToken
@@ -18,16 +18,17 @@ from bastion.ratelimit import RateLimiting, RateLimitMiddleware, RuleSet
 from bastion.ratelimit.local import LocalLimiter
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 from tests.bastion.ratelimit.conftest import service
+from tests.conftest import open_settings
 
 Client = Callable[..., httpx.AsyncClient]
 
 
 def settings(**env: str) -> Settings:
-    return load_settings(environ={f"SERVICE_{k.upper()}": v for k, v in env.items()})
+    return open_settings(environ={f"SERVICE_{k.upper()}": v for k, v in env.items()})
 
 
 def settings_with_routes(routes: dict[str, dict[str, Any]], **rate_limit: Any) -> Settings:
-    return Settings.model_validate({"rate_limit": {**rate_limit, "routes": routes}})
+    return Settings.model_validate({"token": {"enabled": False}, "rate_limit": {**rate_limit, "routes": routes}})
 
 
 class TestHeaders:
@@ -286,7 +287,7 @@ class TestWiring:
             settings_with_routes({"POST /api/v*/documents": {"requests_per_minute": 5}})
 
 
-async def test_non_http_scopes_pass_through() -> None:
+async def test_lifespan_passes_through_and_websocket_handshakes_are_charged() -> None:
     seen: list[str] = []
 
     async def inner(scope: Scope, receive: Receive, send: Send) -> None:
@@ -302,9 +303,13 @@ async def test_non_http_scopes_pass_through() -> None:
     async def send(message: Message) -> None:
         return None
 
-    for kind in ("websocket", "lifespan", "websocket"):
-        await middleware({"type": kind, "path": "/x", "headers": []}, receive, send)
-    assert seen == ["websocket", "lifespan", "websocket"]
+    websocket = {"type": "websocket", "path": "/x", "headers": [], "client": ("10.0.0.1", 1)}
+    await middleware({"type": "lifespan"}, receive, send)
+    await middleware(dict(websocket), receive, send)
+    with pytest.raises(RateLimitExceeded):
+        await middleware(dict(websocket), receive, send)
+    await middleware({"type": "lifespan"}, receive, send)
+    assert seen == ["lifespan", "websocket", "lifespan"]
 
 
 def test_ratelimit_all_is_sorted_and_resolvable() -> None:

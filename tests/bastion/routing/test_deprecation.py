@@ -13,6 +13,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from structlog.testing import capture_logs
 
 from bastion import ConfigError, Deprecation, Service
+from tests.conftest import open_settings
 
 SUNSET = "2027-06-30T00:00:00Z"
 
@@ -144,10 +145,8 @@ class TestMetric:
         }
 
     async def test_metrics_disabled_records_nothing(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-        from bastion import load_settings
-
         reader = InMemoryMetricReader()
-        settings = load_settings(environ={"SERVICE_METRICS_ENABLED": "false"})
+        settings = open_settings(environ={"SERVICE_METRICS_ENABLED": "false"})
         client = asgi_client(documents_service(), settings, meter_provider=MeterProvider(metric_readers=[reader]))
         await client.get("/api/v1/documents")
         data = reader.get_metrics_data()

@@ -8,7 +8,8 @@ import httpx
 import pytest
 from fastapi import APIRouter, Depends, Request
 
-from bastion import ConfigError, Deprecation, Service, VersionedApi, load_settings
+from bastion import ConfigError, Deprecation, Service, VersionedApi
+from tests.conftest import open_settings
 
 
 def two_versions() -> Service:
@@ -60,13 +61,13 @@ class TestRegistration:
 
     def test_build_without_versions_is_rejected(self) -> None:
         with pytest.raises(ConfigError, match="no API version registered"):
-            Service().build()
+            Service().build(open_settings())
 
     def test_replacement_must_be_registered(self) -> None:
         service = Service()
         service.version(1, deprecated=Deprecation(replacement=2))
         with pytest.raises(ConfigError, match="v2, which is not registered"):
-            service.build()
+            service.build(open_settings())
 
     def test_deprecating_an_unknown_version_is_rejected(self) -> None:
         with pytest.raises(ConfigError, match="v4: it is not registered"):
@@ -87,7 +88,7 @@ class TestServing:
         assert (await client.get("/api/v2/items")).status_code == 404
 
     async def test_base_path_comes_from_settings(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-        client = asgi_client(two_versions(), load_settings(environ={"SERVICE_BASE_PATH": "/svc"}))
+        client = asgi_client(two_versions(), open_settings(environ={"SERVICE_BASE_PATH": "/svc"}))
         assert (await client.get("/svc/v1/items")).status_code == 200
         assert (await client.get("/api/v1/items")).status_code == 404
 
@@ -101,7 +102,7 @@ class TestServing:
     ) -> None:
         service = Service()
         service.version(2).get("/ping")(lambda: {"pong": True})
-        client = asgi_client(service, load_settings(environ={"SERVICE_BASE_PATH": "/"}))
+        client = asgi_client(service, open_settings(environ={"SERVICE_BASE_PATH": "/"}))
         assert (await client.get("/v2/ping")).status_code == 200
 
 
