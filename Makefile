@@ -36,6 +36,7 @@ relay: install
 lint: install
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/lint-imports --no-cache
 
 typecheck: install
 	$(BIN)/mypy

@@ -10,11 +10,11 @@ import statistics
 import time
 from pathlib import Path
 
-from bastion.audit import Auditor
-from bastion.auth.claims import claims_from_payload
+from bastion._audit import Auditor
+from bastion._claims import claims_from_payload
 from bastion.config import AuditSettings, PolicySettings
-from bastion.policy.authorizer import PolicyAuthorizer
-from bastion.routing.resolve import ResolvedRoute, RouteEntry
+from bastion.policy._authorizer import PolicyAuthorizer
+from bastion.routing._resolve import ResolvedRoute, RouteEntry
 from bastion.types import SCOPE_CLAIMS, SCOPE_REQUEST_ID, SCOPE_ROUTE
 
 POLICIES = Path(__file__).resolve().parent.parent / "examples" / "documents_api" / "policies.cedar"

@@ -17,9 +17,13 @@ from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
-from bastion.cache_store import MemoryCacheStore, RedisCacheStore
+from bastion._cache_store import MemoryCacheStore, RedisCacheStore
 from bastion.config import RateLimitSettings, RouteRule
-from bastion.ratelimit import Bucket, DistributedLimiter, LocalLimiter, Quota, RateLimitMiddleware, RuleSet
+from bastion.ratelimit import Bucket, Quota
+from bastion.ratelimit._buckets import RuleSet
+from bastion.ratelimit._distributed import DistributedLimiter
+from bastion.ratelimit._local import LocalLimiter
+from bastion.ratelimit._middleware import RateLimitMiddleware
 from bastion.types import SCOPE_CLAIMS, Message, Receive, Scope, Send
 
 ROUNDS = 5

@@ -3,7 +3,6 @@
 ::
 
     BastionError                      500 INTERNAL_ERROR
-    ├── ConfigError (ValueError)      settings that cannot load; raised at start-up only
     ├── BadRequest                    400 BAD_REQUEST
     │   └── MalformedBody             400 MALFORMED_BODY
     ├── TokenError                    401 UNAUTHORIZED
@@ -26,23 +25,47 @@
     │   └── NotReady
     └── GatewayTimeout                504 GATEWAY_TIMEOUT
 
-Handlers and middleware raise these; :func:`render` turns any of them (and FastAPI's and Starlette's own
-request errors) into the one JSON body ``{"error", "code", "status"[, "retry_after"]}``.
+``ConfigError`` (``bastion_core.ConfigError``, a ``ValueError``) stands apart: it is raised only while the
+service starts, never rendered to a client. Handlers and middleware raise the others; :func:`render` turns
+any of them into the one JSON body ``{"error", "code", "status"[, "retry_after"]}`` (the error-rendering
+middleware translates FastAPI's and Starlette's own request errors first). No FastAPI import here.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from http import HTTPStatus
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException
-
+from bastion._responses import JSON_CONTENT_TYPE, json_body
 from bastion.types import Headers
+from bastion_core import ConfigError
 
-JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+__all__ = [
+    "BadRequest",
+    "BastionError",
+    "BulkheadFull",
+    "CacheStoreError",
+    "CircuitOpen",
+    "ConfigError",
+    "GatewayTimeout",
+    "HeadersTooLarge",
+    "InvalidToken",
+    "MalformedBody",
+    "MethodNotAllowed",
+    "NotFound",
+    "NotReady",
+    "PayloadTooLarge",
+    "PolicyDenied",
+    "PolicyError",
+    "RateLimitExceeded",
+    "TokenError",
+    "TokenExpired",
+    "TokenRevoked",
+    "Unavailable",
+    "UnsupportedMediaType",
+    "ValidationFailed",
+    "render",
+]
 
 
 class BastionError(Exception):
@@ -61,13 +84,6 @@ class BastionError(Exception):
     def body(self) -> dict[str, Any]:
         """The JSON body of this error."""
         return {"error": self.detail, "code": self.code, "status": self.status}
-
-
-class ConfigError(BastionError, ValueError):
-    """Settings that cannot load; raised only while the service starts."""
-
-    code = "CONFIG_ERROR"
-    message = "Invalid configuration"
 
 
 class BadRequest(BastionError):
@@ -222,67 +238,9 @@ class GatewayTimeout(BastionError):
     status, code, message, grpc_status = 504, "GATEWAY_TIMEOUT", "Request timed out", "DEADLINE_EXCEEDED"
 
 
-_CODE_FOR_STATUS: Mapping[int, type[BastionError]] = {
-    cls.status: cls
-    for cls in (
-        BadRequest,
-        TokenError,
-        PolicyDenied,
-        NotFound,
-        MethodNotAllowed,
-        PayloadTooLarge,
-        UnsupportedMediaType,
-        ValidationFailed,
-        Unavailable,
-        GatewayTimeout,
-    )
-}
-
-_MAX_VALIDATION_ITEMS = 5
-
-
-def from_http_exception(exc: HTTPException) -> BastionError:
-    """Translate a Starlette/FastAPI ``HTTPException`` raised by a handler into the error tree."""
-    cls = _CODE_FOR_STATUS.get(exc.status_code)
-    detail = exc.detail if isinstance(exc.detail, str) else None
-    headers = list((exc.headers or {}).items())
-    if cls is not None:
-        return cls(detail, headers=headers) if cls is not Unavailable else Unavailable(detail)
-    # An HTTPException with a status we do not model keeps its own status and a derived code.
-    phrase = _phrase(exc.status_code)
-    code = phrase.upper().replace(" ", "_").replace("-", "_").replace("'", "")
-    unmodeled: type[BastionError] = type("HTTPError", (BastionError,), {"status": exc.status_code, "code": code})
-    return unmodeled(detail or phrase, headers=headers)
-
-
-def from_validation_error(exc: RequestValidationError) -> BastionError:
-    """Translate FastAPI's request validation error: malformed JSON is 400, the rest 422."""
-    errors = list(exc.errors())
-    if any(e.get("type") == "json_invalid" for e in errors):
-        return MalformedBody()
-    parts = []
-    for item in errors[:_MAX_VALIDATION_ITEMS]:
-        loc = ".".join(str(p) for p in item.get("loc", ()))
-        parts.append(f"{loc}: {item.get('msg', 'invalid')}")
-    if len(errors) > _MAX_VALIDATION_ITEMS:
-        parts.append(f"and {len(errors) - _MAX_VALIDATION_ITEMS} more")
-    return ValidationFailed("Request validation failed: " + "; ".join(parts))
-
-
-def as_bastion_error(exc: BaseException) -> BastionError | None:
-    """The error-tree form of ``exc``, or ``None`` when it is an unexpected exception (a 500)."""
-    if isinstance(exc, BastionError):
-        return exc
-    if isinstance(exc, RequestValidationError):
-        return from_validation_error(exc)
-    if isinstance(exc, HTTPException):
-        return from_http_exception(exc)
-    return None
-
-
 def render(error: BastionError, extra_headers: Sequence[tuple[bytes, bytes]] = ()) -> tuple[int, Headers, bytes]:
     """Status, raw headers and JSON body bytes for ``error``."""
-    body = json.dumps(error.body(), separators=(",", ":"), ensure_ascii=False).encode()
+    body = json_body(error.body())
     headers: Headers = [
         JSON_CONTENT_TYPE,
         (b"content-length", str(len(body)).encode()),
@@ -292,10 +250,3 @@ def render(error: BastionError, extra_headers: Sequence[tuple[bytes, bytes]] = (
     if error.status == 401 and not any(name == b"www-authenticate" for name, _ in headers):
         headers.append((b"www-authenticate", b"Bearer"))  # RFC 7235 3.1: every 401 carries a challenge
     return error.status, headers, body
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"

@@ -21,9 +21,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey, RSAKey
 
+from bastion_core.testing import FakeClock
+
 DEFAULT_TTL_SECS = 300
 _CURVES = {"ES256": "P-256", "ES384": "P-384"}
 _SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
+
+
+__all__ = ["FakeClock", "PasetoMinter", "TokenMinter", "write_dev_keys"]
 
 
 def _standard_claims(
@@ -143,23 +148,6 @@ class PasetoMinter:
                 payload[name] = datetime.fromtimestamp(payload[name], UTC).isoformat()
         token: bytes = pyseto.encode(self._key, json.dumps(payload).encode())
         return token.decode()
-
-
-class FakeClock:
-    """A clock tests move by hand (``clock.advance(1.5)`` or ``clock.now = ...``) instead of sleeping.
-
-    Callable like ``time.time`` / ``time.monotonic``: pass it as the ``clock`` of the limiters, caches and
-    the JWKS source.
-    """
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def write_dev_keys(directory: str | os.PathLike[str]) -> tuple[Path, Path]:

@@ -12,6 +12,23 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
+__all__ = [
+    "H2_PROTOCOL_FACTORY",
+    "RESPONSE_START",
+    "SCOPE_API_VERSION",
+    "SCOPE_CLAIMS",
+    "SCOPE_GRPC_RESOURCE",
+    "SCOPE_REQUEST_ID",
+    "SCOPE_RESPONSE_HEADERS",
+    "SCOPE_ROUTE",
+    "ASGIApp",
+    "Headers",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+]
+
 RESPONSE_START = {"http": "http.response.start", "websocket": "websocket.http.response.start"}
 """The message that starts a response (with its headers), by scope type: a WebSocket handshake that is refused
 before ``websocket.accept`` answers with an ordinary HTTP response (ASGI's ``websocket.http.response``)."""
@@ -24,6 +41,8 @@ SCOPE_ROUTE = "bastion.route"
 """routing.resolve.ResolvedRoute | None: the route the request reaches, resolved before auth."""
 SCOPE_API_VERSION = "bastion.api_version"
 """int: the API major version of a versioned request."""
+SCOPE_GRPC_RESOURCE = "bastion.grpc_resource"
+"""Mapping: a gRPC call's resource attributes, from its method's resource extractor (policy reads them)."""
 SCOPE_CLAIMS = "bastion.claims"
 """auth.claims.Claims: the verified token claims (token auth)."""
 H2_PROTOCOL_FACTORY = "bastion.h2_protocol_factory"

@@ -5,7 +5,6 @@ listener cannot be opened."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 import ssl
 import sys
@@ -14,40 +13,26 @@ from collections.abc import Awaitable, Sequence
 import httpx
 import structlog
 
-from mailrelay import __version__
-from mailrelay.breaker import CircuitBreaker
-from mailrelay.config import Settings, parse_settings, read_environment, unknown_variables
-from mailrelay.delivery import WebhookClient
-from mailrelay.errors import ConfigError, ListenFailed
-from mailrelay.health import HealthServer
-from mailrelay.relay import Relay
-from mailrelay.smtp.server import SmtpServer
-from mailrelay.smtp.session import SmtpOptions
-from mailrelay.tls import server_context
+from bastion_core import UNKNOWN_VARIABLE_EVENT, ConfigError, configure_logging
+from mailrelay._breaker import CircuitBreaker
+from mailrelay._config import Settings, load_settings, read_environment, unknown_variables
+from mailrelay._delivery import WebhookClient
+from mailrelay._errors import ListenFailed
+from mailrelay._health import HealthServer
+from mailrelay._relay import Relay
+from mailrelay._tls import server_context
+from mailrelay._version import __version__
+from mailrelay.smtp._server import SmtpServer
+from mailrelay.smtp._session import SmtpOptions
 
 EXIT_CONFIG = 2
 EXIT_LISTEN = 1
 USER_AGENT = f"MailRelay/{__version__}"
+# Libraries whose INFO/DEBUG chatter stays out of the relay's log: aiosmtpd, and the HTTP client (httpx logs
+# every request URL at INFO, httpcore every connection step at DEBUG); asyncio names its selector at DEBUG.
+QUIET_LOGGERS = ("mail.log", "httpx", "httpcore", "asyncio")
 
 log = structlog.get_logger("mailrelay")
-
-
-def configure_logging(level: int) -> None:
-    """Key-value structlog lines on stderr; aiosmtpd's own chatter only from WARNING up."""
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.KeyValueRenderer(key_order=["timestamp", "level", "event"]),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
-    logging.basicConfig(level=max(level, logging.WARNING), stream=sys.stderr)
-    logging.getLogger("mail.log").setLevel(max(level, logging.WARNING))
-    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,16 +44,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args:
         print("usage: mailrelay [--version]   (configured by MAIL_RELAY_* variables)", file=sys.stderr)
         return EXIT_CONFIG
-    environment = read_environment()
     try:
-        settings = parse_settings(environment)
+        settings = load_settings()
         tls_context, generated = server_context(settings.tls_cert, settings.tls_key)
     except ConfigError as exc:
         print(f"mailrelay: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    configure_logging(settings.log_level_number)
-    for name in unknown_variables(environment):
-        log.warning("unknown_setting_ignored", variable=name)
+    configure_logging(settings.log_level, settings.log_format, quiet=QUIET_LOGGERS)
+    for name in unknown_variables(read_environment()):
+        log.warning(UNKNOWN_VARIABLE_EVENT, variable=name)
     if generated:
         log.warning(
             "self_signed_certificate_generated",

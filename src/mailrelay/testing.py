@@ -1,37 +1,20 @@
 """Fakes and helpers for tests of the relay, and for users testing their webhook receivers.
 
-`FakeClock` moves time by hand; `WebhookReceiver` is a real HTTP server on 127.0.0.1 that records
-requests and answers from a script; `free_port()` finds an unused TCP port.
+`WebhookReceiver` is a real HTTP server on 127.0.0.1 that records requests and answers from a script;
+`FakeClock` (moves time by hand) and `free_port()` (an unused TCP port) are bastion_core's, shared with Bastion.
 """
 
 from __future__ import annotations
 
 import http.server
-import socket
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from bastion_core.testing import FakeClock, free_port
 
-class FakeClock:
-    """A monotonic clock that moves only when told: `clock()` reads it, `advance(s)` moves it."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind to port 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+__all__ = ["FakeClock", "RecordedRequest", "ScriptedResponse", "WebhookReceiver", "free_port"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

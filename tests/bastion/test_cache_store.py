@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bastion.cache_store import CacheStore, MemoryCacheStore, RedisCacheStore, cache_store_from_settings
+from bastion._cache_store import CacheStore, MemoryCacheStore, RedisCacheStore, cache_store_from_settings
 from bastion.config import CacheStoreSettings
 from bastion.errors import CacheStoreError
 

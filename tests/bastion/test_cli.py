@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bastion.cli import main
+from bastion._cli import main
 from bastion.testing import TokenMinter
 from tests.conftest import BASTION, REPO
 
@@ -95,7 +95,7 @@ def test_run_with_bad_env_value_names_the_variable() -> None:
 def test_dev_keys_then_dev_token_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import asyncio
 
-    from bastion.auth.jwt import JwtVerifier
+    from bastion.auth._jwt import JwtVerifier
     from bastion.config import TokenSettings
 
     assert main(["dev-keys", "--dir", str(tmp_path)]) == 0

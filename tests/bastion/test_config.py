@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from bastion.config import DEFAULT_CACHE_TTL_SECS, load_settings, masked
+from bastion.config import load_settings, masked
+from bastion.config._sections import DEFAULT_CACHE_TTL_SECS
 from bastion.errors import ConfigError
 
 

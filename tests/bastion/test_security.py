@@ -10,8 +10,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from bastion import ConfigError, Service, Slot, load_settings
+from bastion._security import TOKEN_NOT_CONFIGURED, Security
 from bastion.config import Settings
-from bastion.security import TOKEN_NOT_CONFIGURED, Security
 from bastion.testing import TokenMinter
 from bastion.types import ASGIApp, Receive, Scope, Send
 

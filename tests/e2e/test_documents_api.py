@@ -6,12 +6,14 @@ import json
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import httpx
 import pytest
 
 from bastion.testing import TokenMinter
+from tests.bastion.test_listener import HEADERS_TOO_LARGE
 from tests.conftest import TOKEN_OFF, BastionProcess
 
 EXAMPLE = ("examples.documents_api:service", "--config", "examples/documents_api/config.toml")
@@ -178,11 +180,13 @@ def test_bad_input_gets_the_error_shape(
     assert set(body) == {"error", "code", "status"} and body["status"] == status
 
 
-def test_absurd_header_is_rejected_without_a_crash(example: BastionProcess) -> None:
+def test_absurd_header_is_431_without_a_crash(example: BastionProcess) -> None:
     with socket.create_connection(("127.0.0.1", example.port), timeout=5) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Huge: " + b"a" * 200_000 + b"\r\n\r\n")
-        reply = sock.recv(4096)
-    assert reply == b"" or reply.startswith((b"HTTP/1.1 4", b"HTTP/1.1 200"))
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply == HEADERS_TOO_LARGE
     assert httpx.get(example.url + "/health").status_code == 200
 
 
@@ -237,5 +241,8 @@ def test_multiple_workers_serve_the_same_port(
     for _ in range(10):
         response = httpx.get(process.url + "/api/v2/documents", headers={"connection": "close", **user})
         assert response.status_code == 200
+    deadline = time.monotonic() + 20  # the second worker may still be starting when the first answers
+    while process.output().count("service_started") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert process.output().count("service_started") == 2
     assert process.stop(signal.SIGTERM) == 0

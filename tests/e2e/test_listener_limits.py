@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bastion.test_server import HEADERS_TOO_LARGE, TOO_MANY_CONNECTIONS
+from tests.bastion.test_listener import HEADERS_TOO_LARGE, TOO_MANY_CONNECTIONS
 from tests.conftest import BastionProcess
 
 APP = "tests.e2e.apps.listener_app:service"

@@ -6,9 +6,9 @@ import base64
 
 import pytest
 
-from mailrelay.attachments import AllowAll, DeliveryMode, InlineSink, check_sizes, inline_attachment
-from mailrelay.errors import AttachmentTooLarge
-from mailrelay.parsing import MimePart
+from mailrelay._attachments import AllowAll, DeliveryMode, InlineSink, check_sizes, inline_attachment
+from mailrelay._errors import AttachmentTooLarge
+from mailrelay._parsing import MimePart
 
 
 def test_parts_at_the_limit_pass_and_above_raise() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mailrelay.breaker import BreakerState, CircuitBreaker
+from mailrelay._breaker import BreakerState, CircuitBreaker
 from mailrelay.testing import FakeClock
 
 

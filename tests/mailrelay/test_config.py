@@ -2,25 +2,36 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from mailrelay.config import load_settings, parse_settings, unknown_variables
-from mailrelay.errors import ConfigError
+import bastion_core
+from mailrelay import ConfigError, Settings, load_settings, parse_settings
+from mailrelay._config import VARIABLES, shown_value, unknown_variables
 
 REQUIRED = {
     "MAIL_RELAY_TARGET_EMAILS": "Inbox@Example.com, ops@example.com ,",
     "MAIL_RELAY_WEBHOOK_URL": "https://hooks.example.com/mail",
 }
+DOCS = Path(__file__).parents[2] / "docs" / "mailrelay.md"
+INSECURE = "an https URL (plain http is allowed only to loopback hosts unless MAIL_RELAY_WEBHOOK_ALLOW_INSECURE=true)"
 
 
 def settings_with(**values: str) -> dict[str, str]:
     return {**REQUIRED, **{f"MAIL_RELAY_{k}": v for k, v in values.items()}}
 
 
+def error_for(values: dict[str, str]) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(values)
+    return str(caught.value)
+
+
 def test_defaults() -> None:
     settings = parse_settings(REQUIRED)
+    assert type(settings) is Settings
     assert settings.target_emails == frozenset({"inbox@example.com", "ops@example.com"})
     assert settings.bind_address == "0.0.0.0"
     assert settings.port == 2525
@@ -37,13 +48,37 @@ def test_defaults() -> None:
     assert settings.max_attachment_size == 10_485_760
     assert settings.tls_cert is None and settings.tls_key is None
     assert settings.log_level == "INFO"
+    assert settings.log_format == "auto"
     assert settings.max_concurrent_per_ip == 10
+    assert settings.max_sessions == 100
     assert settings.max_unknown_rcpts_per_session == 3
+    assert settings.idle_timeout == 300
+    assert settings.shutdown_grace == 30
+
+
+def test_settings_are_frozen() -> None:
+    settings = parse_settings(REQUIRED)
+    with pytest.raises(ValueError, match="frozen"):
+        settings.port = 25  # type: ignore[misc]
+
+
+def test_blank_value_means_the_default() -> None:
+    settings = parse_settings(settings_with(PORT="  ", LOG_LEVEL=""))
+    assert (settings.port, settings.log_level) == (2525, "INFO")
+
+
+def test_values_are_trimmed() -> None:
+    assert parse_settings(settings_with(PORT=" 2600 ")).port == 2600
 
 
 def test_header_prefixes_are_trimmed_lowercased_and_deduplicated() -> None:
     settings = parse_settings(settings_with(HEADER_PREFIX=" X-Custom-, x-custom-,X-Tracking "))
     assert settings.header_prefixes == ("x-custom-", "x-tracking")
+
+
+@pytest.mark.parametrize(("value", "expected"), [("json", "json"), ("Console", "console"), ("AUTO", "auto")])
+def test_log_format(value: str, expected: str) -> None:
+    assert parse_settings(settings_with(LOG_FORMAT=value)).log_format == expected
 
 
 @pytest.mark.parametrize(
@@ -62,22 +97,21 @@ def test_allowed_webhook_urls(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url",
+    ("url", "expected"),
     [
-        "http://example.com/hook",
-        "http://127.0.0.1.nip.io/hook",
-        "http://localhost.example.com/hook",
-        "http://10.0.0.1/hook",
-        "ftp://127.0.0.1/hook",
-        "127.0.0.1/hook",
-        "https:///nohost",
-        pytest.param("https://example.com:99999/hook", id="port-above-65535"),
-        pytest.param("https://example.com:0/hook", id="port-0"),
+        ("http://example.com/hook", INSECURE),
+        ("http://127.0.0.1.nip.io/hook", INSECURE),
+        ("http://localhost.example.com/hook", INSECURE),
+        ("http://10.0.0.1/hook", INSECURE),
+        ("ftp://127.0.0.1/hook", "an absolute http(s) URL"),
+        ("127.0.0.1/hook", "an absolute http(s) URL"),
+        ("https:///nohost", "an absolute http(s) URL"),
+        pytest.param("https://example.com:99999/hook", "an absolute http(s) URL with a port 1-65535", id="port-99999"),
+        pytest.param("https://example.com:0/hook", "an absolute http(s) URL with a port 1-65535", id="port-0"),
     ],
 )
-def test_rejected_webhook_urls(url: str) -> None:
-    with pytest.raises(ConfigError, match="MAIL_RELAY_WEBHOOK_URL"):
-        parse_settings(settings_with(WEBHOOK_URL=url))
+def test_rejected_webhook_urls(url: str, expected: str) -> None:
+    assert error_for(settings_with(WEBHOOK_URL=url)) == f"MAIL_RELAY_WEBHOOK_URL: expected {expected}, got {url!r}"
 
 
 def test_allow_insecure_permits_plain_http_anywhere() -> None:
@@ -86,47 +120,68 @@ def test_allow_insecure_permits_plain_http_anywhere() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "value"),
+    ("name", "value", "expected"),
     [
-        ("PORT", "-1"),
-        ("HEALTH_PORT", "http"),
-        ("WEBHOOK_TIMEOUT", "0"),
-        ("WEBHOOK_TIMEOUT", "nan"),
-        ("WEBHOOK_MAX_RETRIES", "-1"),
-        ("WEBHOOK_MAX_RETRIES", "21"),
-        ("WEBHOOK_BACKOFF_BASE", "-0.5"),
-        ("CIRCUIT_BREAKER_THRESHOLD", "0"),
-        ("CIRCUIT_BREAKER_RESET", "soon"),
-        ("MAX_MESSAGE_SIZE", "0"),
-        ("MAX_ATTACHMENT_SIZE", "10MB"),
-        ("MAX_CONCURRENT_PER_IP", "0"),
-        ("MAX_UNKNOWN_RCPTS_PER_SESSION", "-3"),
-        ("LOG_LEVEL", "verbose"),
-        ("BIND_ADDRESS", "not an address!"),
-        ("HEADER_PREFIX", "X-Bad Prefix"),
-        ("WEBHOOK_ALLOW_INSECURE", "sure"),
+        ("PORT", "-1", "a TCP port 0-65535"),
+        ("HEALTH_PORT", "http", "a TCP port 0-65535"),
+        ("WEBHOOK_TIMEOUT", "0", "a number of seconds > 0"),
+        ("WEBHOOK_TIMEOUT", "nan", "a number of seconds > 0"),
+        ("WEBHOOK_MAX_RETRIES", "-1", "an integer 0-20"),
+        ("WEBHOOK_MAX_RETRIES", "21", "an integer 0-20"),
+        ("WEBHOOK_BACKOFF_BASE", "-0.5", "a number of seconds >= 0"),
+        ("CIRCUIT_BREAKER_THRESHOLD", "0", "a positive integer"),
+        ("CIRCUIT_BREAKER_RESET", "soon", "a number of seconds > 0"),
+        ("MAX_MESSAGE_SIZE", "0", "a positive integer"),
+        ("MAX_ATTACHMENT_SIZE", "10MB", "a positive integer"),
+        ("MAX_CONCURRENT_PER_IP", "0", "a positive integer"),
+        ("MAX_UNKNOWN_RCPTS_PER_SESSION", "-3", "an integer >= 0"),
+        ("LOG_LEVEL", "verbose", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ("LOG_FORMAT", "xml", "one of auto, json, console"),
+        ("BIND_ADDRESS", "not an address!", "an IP address or host name to listen on"),
+        ("HEADER_PREFIX", "X-Bad Prefix", "a comma-separated list of header-name prefixes like X-Custom-"),
+        ("WEBHOOK_ALLOW_INSECURE", "sure", "a boolean (true/false, 1/0, yes/no, on/off)"),
+        ("TARGET_EMAILS", "inbox", "a comma-separated list of addresses like inbox@example.com"),
+        ("TLS_CERT", "/nonexistent/cert.pem", "the path of a readable PEM file"),
     ],
 )
-def test_bad_values_name_variable_and_value(name: str, value: str) -> None:
-    with pytest.raises(ConfigError) as caught:
-        parse_settings(settings_with(**{name: value}))
-    assert caught.value.variable == f"MAIL_RELAY_{name}"
-    assert f"MAIL_RELAY_{name}" in str(caught.value)
-    assert repr(value) in str(caught.value)
+def test_bad_values_name_variable_and_value(name: str, value: str, expected: str) -> None:
+    assert error_for(settings_with(**{name: value})) == f"MAIL_RELAY_{name}: expected {expected}, got {value!r}"
+
+
+def test_value_is_shown_as_it_arrived() -> None:
+    assert error_for(settings_with(PORT=" smtp ")) == "MAIL_RELAY_PORT: expected a TCP port 0-65535, got ' smtp '"
+
+
+def test_first_bad_variable_in_check_order_is_named() -> None:
+    assert error_for(settings_with(PORT="x", WEBHOOK_ALLOW_INSECURE="x")) == (
+        "MAIL_RELAY_WEBHOOK_ALLOW_INSECURE: expected a boolean (true/false, 1/0, yes/no, on/off), got 'x'"
+    )
+
+
+def test_configuration_error_is_the_shared_core_class() -> None:
+    assert ConfigError is bastion_core.ConfigError
+    with pytest.raises(ValueError, match="MAIL_RELAY_PORT"):
+        parse_settings(settings_with(PORT="x"))
 
 
 @pytest.mark.parametrize("missing", ["MAIL_RELAY_TARGET_EMAILS", "MAIL_RELAY_WEBHOOK_URL"])
 def test_required_variables(missing: str) -> None:
     values = dict(REQUIRED)
     del values[missing]
-    with pytest.raises(ConfigError, match=missing):
-        parse_settings(values)
+    assert error_for(values) == f"{missing}: expected a value (this variable is required), got <unset>"
+
+
+def test_blank_required_variable_shows_the_blank() -> None:
+    assert error_for(settings_with(TARGET_EMAILS=" ")) == (
+        "MAIL_RELAY_TARGET_EMAILS: expected a value (this variable is required), got ' '"
+    )
 
 
 def test_empty_secret_is_an_error_that_hides_the_value() -> None:
-    with pytest.raises(ConfigError) as caught:
-        parse_settings(settings_with(WEBHOOK_SIGNING_SECRET=""))
-    assert "MAIL_RELAY_WEBHOOK_SIGNING_SECRET" in str(caught.value)
+    assert error_for(settings_with(WEBHOOK_SIGNING_SECRET="")) == (
+        "MAIL_RELAY_WEBHOOK_SIGNING_SECRET: expected a non-empty secret (unset the variable to turn signing off),"
+        " got '<redacted>'"
+    )
 
 
 def test_secret_is_kept_verbatim_and_out_of_repr() -> None:
@@ -138,8 +193,10 @@ def test_secret_is_kept_verbatim_and_out_of_repr() -> None:
 def test_tls_cert_and_key_go_together(tmp_path: Path) -> None:
     cert = tmp_path / "cert.pem"
     cert.write_text("x")
-    with pytest.raises(ConfigError, match="MAIL_RELAY_TLS_KEY"):
-        parse_settings(settings_with(TLS_CERT=str(cert)))
+    expected = "expected a PEM path (TLS_CERT and TLS_KEY are set together), got <unset>"
+    assert error_for(settings_with(TLS_CERT=str(cert))) == f"MAIL_RELAY_TLS_KEY: {expected}"
+    assert error_for(settings_with(TLS_CERT=str(cert), TLS_KEY=" ")) == f"MAIL_RELAY_TLS_KEY: {expected}"
+    assert error_for(settings_with(TLS_KEY=str(cert))) == f"MAIL_RELAY_TLS_CERT: {expected}"
     both = parse_settings(settings_with(TLS_CERT=str(cert), TLS_KEY=str(cert)))
     assert both.tls_cert == cert
 
@@ -154,20 +211,62 @@ def test_dotenv_is_read_and_environment_wins(tmp_path: Path) -> None:
     assert settings.port == 2700
 
 
+def test_process_environment_wins_over_dotenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_settings() without `environ` reads through pydantic-settings, with the same precedence."""
+    for name in [n for n in __import__("os").environ if n.upper().startswith("MAIL_RELAY_")]:
+        monkeypatch.delenv(name)
+    (tmp_path / ".env").write_text(
+        "MAIL_RELAY_TARGET_EMAILS=file@example.com\nMAIL_RELAY_WEBHOOK_URL=https://file.example.com\n"
+        "MAIL_RELAY_PORT=2600\nMAIL_RELAY_HEALTH_PORT=8600\n"
+    )
+    monkeypatch.setenv("MAIL_RELAY_PORT", "2700")
+    monkeypatch.setenv("MAIL_RELAY_HEALTH_PORT", " ")  # set but blank: the default, not the file's value
+    monkeypatch.setenv("mail_relay_max_sessions", "7")  # names are case-sensitive
+    settings = load_settings(tmp_path)
+    assert type(settings) is Settings
+    assert (settings.target_emails, settings.port, settings.health_port) == (
+        frozenset({"file@example.com"}),
+        2700,
+        8080,
+    )
+    assert settings.max_sessions == 100
+
+
+def test_process_environment_errors_are_config_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in __import__("os").environ if n.upper().startswith("MAIL_RELAY_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MAIL_RELAY_TARGET_EMAILS", "a@example.com")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(tmp_path)
+    assert str(caught.value) == "MAIL_RELAY_WEBHOOK_URL: expected a value (this variable is required), got <unset>"
+
+
 def test_unknown_variables_are_reported() -> None:
-    env = {**REQUIRED, "MAIL_RELAY_PROT": "25", "OTHER": "x"}
+    env = {**REQUIRED, "MAIL_RELAY_PROT": "25", "OTHER": "x", "MAIL_RELAY_LOG_FORMAT": "json"}
     assert unknown_variables(env) == ["MAIL_RELAY_PROT"]
 
 
+def test_every_variable_is_documented() -> None:
+    rows = [line for line in DOCS.read_text().splitlines() if line.startswith("| `MAIL_RELAY_")]
+    documented = {name for row in rows for name in re.findall(r"`(MAIL_RELAY_[A-Z_]+)`", row.split("|")[1])}
+    assert documented == VARIABLES
+
+
 def test_url_password_is_not_echoed() -> None:
-    with pytest.raises(ConfigError) as caught:
-        parse_settings(settings_with(WEBHOOK_URL="http://user:hunter2@example.com/hook"))
-    assert "hunter2" not in str(caught.value)
-    assert "http://user:***@example.com/hook" in str(caught.value)
+    assert error_for(settings_with(WEBHOOK_URL="http://user:hunter2@example.com/hook")) == (
+        f"MAIL_RELAY_WEBHOOK_URL: expected {INSECURE}, got 'http://user:***@example.com/hook'"
+    )
 
 
-def test_webhook_url_query_is_not_shown_in_errors() -> None:
-    from mailrelay.config import _without_password
-
-    assert _without_password("https://u:pw@hook.example/x?token=s3cret") == "https://u:***@hook.example/x?***"
-    assert _without_password("https://hook.example/x") == "https://hook.example/x"
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("https://u:pw@hook.example/x?token=s3cret", "https://u:***@hook.example/x?***"),
+        ("https://hook.example/x", "https://hook.example/x"),
+        pytest.param("https://hook.example/x?a=1,2&token=s3cret", "https://hook.example/x?***", id="comma-in-query"),
+        pytest.param("https://u:p,w@hook.example/x", "https://u:***@hook.example/x", id="comma-in-password"),
+        pytest.param("a@example.com, b?c", "a@example.com, b?***", id="list"),
+    ],
+)
+def test_url_password_and_query_are_not_shown_in_errors(raw: str, shown: str) -> None:
+    assert shown_value(raw) == shown

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mailrelay.attachments import inline_attachment
-from mailrelay.parsing import ParsedMessage, parse_message
-from mailrelay.payload import build_payload
+from mailrelay._attachments import inline_attachment
+from mailrelay._parsing import ParsedMessage, parse_message
+from mailrelay._payload import build_payload
 
 CORPUS = Path(__file__).parent / "corpus"
 FILES = sorted(CORPUS.glob("*.eml"))

@@ -8,13 +8,23 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
-from mailrelay.delivery import DeliveryOutcome, WebhookClient
-from mailrelay.signing import compute_signature
+from mailrelay._delivery import DeliveryOutcome, WebhookClient, is_retryable_status
+from mailrelay._signing import compute_signature
 
 BODY = b'{"sender":"a@example.org"}'
 URL = "https://hooks.example.com/mail"
 
 MakeClient = Callable[[Callable[[httpx.Request], httpx.Response]], httpx.AsyncClient]
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504, 599])
+def test_retryable(status: int) -> None:
+    assert is_retryable_status(status)
+
+
+@pytest.mark.parametrize("status", [200, 301, 400, 401, 403, 404, 409, 410, 413, 422])
+def test_not_retryable(status: int) -> None:
+    assert not is_retryable_status(status)
 
 
 class Script:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
+import pytest
+
 import mailrelay
+import mailrelay.smtp
+import mailrelay.testing
 
 
-def test_all_is_sorted_and_resolvable() -> None:
-    assert mailrelay.__all__ == sorted(mailrelay.__all__)
-    for name in mailrelay.__all__:
-        assert hasattr(mailrelay, name), name
+@pytest.mark.parametrize("module", [mailrelay, mailrelay.smtp, mailrelay.testing], ids=lambda m: m.__name__)
+def test_all_is_sorted_and_resolvable(module: ModuleType) -> None:
+    assert module.__all__ == sorted(module.__all__)
+    for name in module.__all__:
+        assert hasattr(module, name), name
 
 
 def test_version_comes_from_the_distribution() -> None:

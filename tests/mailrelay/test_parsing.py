@@ -6,7 +6,7 @@ import email.header
 
 import pytest
 
-from mailrelay.parsing import HEADER_DECODE_PIECE, decode_bytes, decode_header_value, parse_message, scrub
+from mailrelay._parsing import HEADER_DECODE_PIECE, decode_bytes, decode_header_value, parse_message, scrub
 
 
 @pytest.mark.parametrize(

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from mailrelay.attachments import Attachment, DeliveryMode, inline_attachment
-from mailrelay.dmarc import DmarcResult, DmarcVerdict
-from mailrelay.errors import HtmlTextTooLong
-from mailrelay.parsing import MimePart, ParsedMessage, parse_message
-from mailrelay.payload import build_payload, html_to_text, select_headers
+from mailrelay._attachments import Attachment, DeliveryMode, inline_attachment
+from mailrelay._dmarc import DmarcResult, DmarcVerdict
+from mailrelay._errors import HtmlTextTooLong
+from mailrelay._parsing import MimePart, ParsedMessage, parse_message
+from mailrelay._payload import build_payload, html_to_text, select_headers
 
 
 def message(**fields: object) -> ParsedMessage:

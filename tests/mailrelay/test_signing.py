@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from mailrelay.signing import compute_signature, signature_headers, verify_signature
+from mailrelay._signing import compute_signature, signature_headers, verify_signature
 
 BODY = b'{"sender":"a@example.org"}'
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from mailrelay.errors import ConfigError
-from mailrelay.tls import generate_self_signed, server_context
+from mailrelay import ConfigError
+from mailrelay._tls import generate_self_signed, server_context
 
 
 def test_generated_certificate_is_self_signed_for_localhost() -> None:
@@ -41,5 +41,8 @@ def test_mismatched_files_name_the_variable(tmp_path: Path) -> None:
     _, other_key = generate_self_signed()
     (tmp_path / "c.pem").write_bytes(cert_pem)
     (tmp_path / "k.pem").write_bytes(other_key)
-    with pytest.raises(ConfigError, match="MAIL_RELAY_TLS_CERT"):
+    with pytest.raises(ConfigError) as caught:
         server_context(tmp_path / "c.pem", tmp_path / "k.pem")
+    message = str(caught.value)
+    assert message.startswith("MAIL_RELAY_TLS_CERT: expected a PEM certificate matching MAIL_RELAY_TLS_KEY (")
+    assert message.endswith(f"), got {str(tmp_path / 'c.pem')!r}")  # the middle is OpenSSL's own wording

@@ -1,6 +1,6 @@
-"""gRPC: grpclib services on the main port (protocol detection) or a separate one, guarded like HTTP."""
+"""gRPC: grpclib services on the main port (protocol detection) or a separate one, guarded like HTTP.
 
-from bastion.grpc.interceptors import GrpcGuard, GrpcResourceExtractor, grpc_error
-from bastion.grpc.server import GrpcServer
+Internal: ``service.add_grpc_service(...)`` and ``[grpc]`` are the way in (see docs/grpc.md).
+"""
 
-__all__ = ["GrpcGuard", "GrpcResourceExtractor", "GrpcServer", "grpc_error"]
+__all__: list[str] = []

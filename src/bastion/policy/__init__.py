@@ -1,22 +1,21 @@
-"""Cedar policy authorization: engine, action normalization, decision cache, middleware, reload."""
+"""Cedar policy authorization: engine, action normalization, decision cache, middleware, reload.
 
-from bastion.policy.authorizer import PolicyAuthorizer, ResourceExtractor, principal_of
-from bastion.policy.cache import DecisionCache
-from bastion.policy.engine import Decision, PolicyEngine, PolicyLoadError, load_policies, parse_policies
-from bastion.policy.middleware import PolicyMiddleware
-from bastion.policy.normalize import Normalizer, default_normalizer
+Configured by ``[policy]`` and assembled by the pipeline. Public: what an operator writes against (a
+normalizer, a resource extractor) and the offline loader.
+"""
+
+from bastion.policy._authorizer import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE, ResourceExtractor
+from bastion.policy._engine import Decision, PolicyLoadError, load_policies
+from bastion.policy._normalize import Normalizer, default_normalizer
 
 __all__ = [
+    "ANONYMOUS_TYPE",
+    "PRINCIPAL_TYPE",
+    "RESOURCE_TYPE",
     "Decision",
-    "DecisionCache",
     "Normalizer",
-    "PolicyAuthorizer",
-    "PolicyEngine",
     "PolicyLoadError",
-    "PolicyMiddleware",
     "ResourceExtractor",
     "default_normalizer",
     "load_policies",
-    "parse_policies",
-    "principal_of",
 ]

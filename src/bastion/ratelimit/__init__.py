@@ -1,24 +1,11 @@
-"""Rate limiting: per user, client and IP buckets, per-route rules, local and distributed limiters."""
+"""Rate limiting: per user, client and IP buckets, per-route rules, local and distributed limiters.
 
-from bastion.ratelimit.buckets import Bucket, LimiterStore, Outcome, RuleSet
-from bastion.ratelimit.distributed import DistributedLimiter
-from bastion.ratelimit.local import LocalLimiter, gcra
-from bastion.ratelimit.middleware import RateLimitMiddleware
-from bastion.ratelimit.rules import Quota, RouteRule, RouteRules
-from bastion.ratelimit.setup import RateLimiting, built_in_rate_limiting
+Configured by ``[rate_limit]``. Public: what an operator wiring a limiter by hand uses
+(``RateLimiting.local`` / ``.distributed``) and what a custom ``LimiterStore`` implements.
+"""
 
-__all__ = [
-    "Bucket",
-    "DistributedLimiter",
-    "LimiterStore",
-    "LocalLimiter",
-    "Outcome",
-    "Quota",
-    "RateLimitMiddleware",
-    "RateLimiting",
-    "RouteRule",
-    "RouteRules",
-    "RuleSet",
-    "built_in_rate_limiting",
-    "gcra",
-]
+from bastion.ratelimit._buckets import Bucket, LimiterStore, Outcome
+from bastion.ratelimit._rules import Quota
+from bastion.ratelimit._setup import RateLimiting
+
+__all__ = ["Bucket", "LimiterStore", "Outcome", "Quota", "RateLimiting"]

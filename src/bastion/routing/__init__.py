@@ -1,17 +1,6 @@
-"""Versioned routing, deprecation, route resolution and dispatch."""
+"""Versioned routing: the versioned builder and deprecation (route resolution and dispatch are internal)."""
 
-from bastion.routing.deprecation import Deprecation, DeprecationMiddleware
-from bastion.routing.fallback import Dispatcher
-from bastion.routing.resolve import ResolvedRoute, RouteResolutionMiddleware, RouteTable
-from bastion.routing.versioned import ApiVersion, VersionedApi
+from bastion.routing._deprecation import Deprecation
+from bastion.routing._versioned import ApiVersion, VersionedApi
 
-__all__ = [
-    "ApiVersion",
-    "Deprecation",
-    "DeprecationMiddleware",
-    "Dispatcher",
-    "ResolvedRoute",
-    "RouteResolutionMiddleware",
-    "RouteTable",
-    "VersionedApi",
-]
+__all__ = ["ApiVersion", "Deprecation", "VersionedApi"]

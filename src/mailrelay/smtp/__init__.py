@@ -1,17 +1,25 @@
-"""The SMTP side of the relay: session state machine, reply texts and the aiosmtpd-based server."""
+"""The SMTP side of the relay: session state machine, reply texts and the asyncio/aiosmtpd-based server."""
 
 from __future__ import annotations
 
-from mailrelay.smtp.protocol import RelaySMTP
-from mailrelay.smtp.replies import Reply
-from mailrelay.smtp.server import SmtpServer
-from mailrelay.smtp.session import Envelope, EnvelopeHandler, Session, SmtpOptions, SmtpState
+from mailrelay.smtp._protocol import RelaySMTP
+from mailrelay.smtp._replies import Reply
+from mailrelay.smtp._server import SmtpServer
+from mailrelay.smtp._session import (
+    Envelope,
+    EnvelopeHandler,
+    SenderPolicy,
+    Session,
+    SmtpOptions,
+    SmtpState,
+)
 
 __all__ = [
     "Envelope",
     "EnvelopeHandler",
     "RelaySMTP",
     "Reply",
+    "SenderPolicy",
     "Session",
     "SmtpOptions",
     "SmtpServer",

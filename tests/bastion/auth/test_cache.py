@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bastion.auth.cache import VerifiedTokens
-from bastion.auth.claims import Claims, claims_from_payload
+from bastion._claims import Claims, claims_from_payload
+from bastion.auth._cache import VerifiedTokens
 from bastion.errors import InvalidToken, TokenExpired
 from bastion.testing import FakeClock
 

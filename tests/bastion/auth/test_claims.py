@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bastion.auth.claims import check_claims, claims_from_payload
+from bastion._claims import check_claims, claims_from_payload
 from bastion.errors import InvalidToken, TokenExpired
 
 NOW = 1_800_000_000

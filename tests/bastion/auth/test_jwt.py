@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from bastion.auth.jwt import JwtVerifier
+from bastion.auth._jwt import JwtVerifier
 from bastion.config import TokenSettings
 from bastion.errors import ConfigError, InvalidToken, Unavailable
 from bastion.testing import FakeClock, TokenMinter

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bastion.auth.claims import check_claims
-from bastion.auth.paseto import PasetoVerifier
+from bastion._claims import check_claims
+from bastion.auth._paseto import PasetoVerifier
 from bastion.config import TokenSettings
 from bastion.errors import ConfigError, InvalidToken, TokenExpired
 from bastion.testing import PasetoMinter

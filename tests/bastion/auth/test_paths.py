@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bastion.auth.paths import PathRules
+from bastion.auth._paths import PathRules
 from bastion.errors import ConfigError
 
 

@@ -8,9 +8,9 @@ import pytest
 import redis.asyncio as redis
 from structlog.testing import capture_logs
 
-from bastion.auth.claims import claims_from_payload
-from bastion.auth.revocation import Revocations, revocation_key
-from bastion.cache_store import CacheStore, MemoryCacheStore, RedisCacheStore
+from bastion._cache_store import CacheStore, MemoryCacheStore, RedisCacheStore
+from bastion._claims import claims_from_payload
+from bastion.auth._revocation import Revocations, revocation_key
 from bastion.errors import CacheStoreError, InvalidToken, TokenRevoked
 
 NOW = 1_800_000_000.0

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bastion.policy.cache import DecisionCache, decision_key
-from bastion.policy.engine import Decision
+from bastion.policy._cache import DecisionCache, decision_key
+from bastion.policy._engine import Decision
 from bastion.testing import FakeClock
 
 ALLOW = Decision(allowed=True, reasons=("p",))
@@ -12,7 +12,8 @@ ALLOW = Decision(allowed=True, reasons=("p",))
 def key(**overrides: object) -> str:
     base: dict[str, object] = {
         "digest": "d1",
-        "principal": {"sub": "a", "roles": ["user"]},
+        # The authorizer's principal key: (sub, roles, perms, username, email, client_id).
+        "principal": ("a", ("user",), (), None, None, None),
         "action": "GET /x",
         "resource": {"owner_id": "a"},
         "context": {},
@@ -52,7 +53,8 @@ def test_key_changes_with_every_input() -> None:
     assert key() == base
     for change in (
         {"digest": "d2"},
-        {"principal": {"sub": "a", "roles": ["admin"]}},
+        {"principal": ("a", ("admin",), (), None, None, None)},
+        {"principal": None},  # the anonymous principal
         {"action": "PUT /x"},
         {"resource": {"owner_id": "b"}},
         {"context": {"timestamp": 1}},
@@ -61,4 +63,4 @@ def test_key_changes_with_every_input() -> None:
 
 
 def test_key_ignores_dict_order() -> None:
-    assert key(principal={"roles": ["user"], "sub": "a"}) == key()
+    assert key(resource={"owner_id": "a", "doc_id": "1"}) == key(resource={"doc_id": "1", "owner_id": "a"})

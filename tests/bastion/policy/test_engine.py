@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bastion.policy.engine import Decision, PolicyEngine, PolicyLoadError, evaluate, parse_policies, split_statements
+from bastion.policy._engine import Decision, PolicyEngine, PolicyLoadError, evaluate, parse_policies, split_statements
 
 PRINCIPAL = ("User", "alice", {"sub": "alice", "roles": ["user"], "perms": []})
 

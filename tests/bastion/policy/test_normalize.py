@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bastion.policy.normalize import default_normalizer
+from bastion.policy._normalize import default_normalizer
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from bastion.config import RateLimitSettings, RouteRule
-from bastion.ratelimit.buckets import Outcome, RuleSet
+from bastion.ratelimit._buckets import Outcome, RuleSet
 from tests.bastion.ratelimit.conftest import make_scope
 
 
@@ -78,7 +78,7 @@ XFF = b"x-forwarded-for"
 
 
 class TestClientIp:
-    """The IP bucket's address (spec, limits / rate limiting 3), read through bastion.client_ip."""
+    """The IP bucket's address (spec, limits / rate limiting 3), read through bastion._client_ip."""
 
     @staticmethod
     def ip_key(*headers: tuple[bytes, bytes], trusted: bool, peer: str | None = "10.0.0.1") -> str:

@@ -12,10 +12,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from bastion import Service, Slot
-from bastion.cache_store import MemoryCacheStore, RedisCacheStore
+from bastion._cache_store import MemoryCacheStore, RedisCacheStore
 from bastion.config import Settings
 from bastion.errors import CacheStoreError
-from bastion.ratelimit import Bucket, DistributedLimiter, Quota
+from bastion.ratelimit import Bucket, Quota
+from bastion.ratelimit._distributed import DistributedLimiter
 from bastion.testing import FakeClock
 from tests.bastion.ratelimit.conftest import service
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bastion.ratelimit.buckets import Bucket
-from bastion.ratelimit.local import LocalLimiter, gcra
-from bastion.ratelimit.rules import Quota
+from bastion.ratelimit._buckets import Bucket
+from bastion.ratelimit._local import LocalLimiter, gcra
+from bastion.ratelimit._rules import Quota
 from bastion.testing import FakeClock
 
 

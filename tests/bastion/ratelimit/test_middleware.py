@@ -10,12 +10,14 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from bastion import BastionApp, PolicyDenied, RateLimitExceeded, Slot
-from bastion.cache_store import MemoryCacheStore
+from bastion import BastionApp, ConfigError, PolicyDenied, RateLimitExceeded, Slot
+from bastion._cache_store import MemoryCacheStore
 from bastion.config import Settings
 from bastion.errors import InvalidToken
-from bastion.ratelimit import RateLimiting, RateLimitMiddleware, RuleSet
-from bastion.ratelimit.local import LocalLimiter
+from bastion.ratelimit import RateLimiting
+from bastion.ratelimit._buckets import RuleSet
+from bastion.ratelimit._local import LocalLimiter
+from bastion.ratelimit._middleware import RateLimitMiddleware
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 from tests.bastion.ratelimit.conftest import service
 from tests.conftest import open_settings
@@ -283,8 +285,13 @@ class TestWiring:
         assert await store.exists("rate_limit:user:alice:60")
 
     def test_bad_route_pattern_fails_at_start_up(self) -> None:
-        with pytest.raises(ValueError, match="wildcard is a whole segment"):
-            settings_with_routes({"POST /api/v*/documents": {"requests_per_minute": 5}})
+        settings = settings_with_routes({"POST /api/v*/documents": {"requests_per_minute": 5}})
+        with pytest.raises(ConfigError) as info:
+            service().build(settings)
+        assert str(info.value) == (
+            "route pattern 'POST /api/v*/documents': 'v*' mixes '*' with text; a wildcard is a whole segment "
+            "('*' = one segment, '**' = any number)"
+        )
 
 
 async def test_lifespan_passes_through_and_websocket_handshakes_are_charged() -> None:

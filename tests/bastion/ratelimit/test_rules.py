@@ -9,7 +9,7 @@ import pytest
 
 from bastion.config import RouteRule as RouteRuleSettings
 from bastion.errors import ConfigError
-from bastion.ratelimit.rules import Quota, RouteRule, RouteRules, parse_pattern, path_segments
+from bastion.ratelimit._rules import Quota, RouteRule, RouteRules, parse_pattern, path_segments
 
 UUID = "3f2504e0-4f89-11d3-9a0c-0305e82c3301"
 

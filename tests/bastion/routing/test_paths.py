@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bastion.errors import BadRequest
-from bastion.routing.paths import canonical_path
+from bastion.routing._paths import canonical_path
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from bastion.routing.resolve import RouteEntry, RouteTable
+from bastion.routing._resolve import RouteEntry, RouteTable
 
 
 def table() -> RouteTable:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from mailrelay._tls import generate_self_signed
 from mailrelay.testing import WebhookReceiver, free_port
-from mailrelay.tls import generate_self_signed
 from tests.e2e.mailrelay.support import (
     MAX_ATTACHMENT_SIZE,
     MAX_MESSAGE_SIZE,

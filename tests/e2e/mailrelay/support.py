@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import smtplib
@@ -12,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MAILRELAY = Path(sys.executable).with_name("mailrelay")
 STARTUP_TIMEOUT_SECS = 15.0
@@ -39,6 +41,11 @@ class RelayProcess:
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The log's events (named `name`, or all). stderr is not a terminal here, so every line must be one
+        JSON object; a last line still being written is left out."""
+        return log_events(self.logs(), name)
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
@@ -106,6 +113,13 @@ def wait_until_listening(relay: RelayProcess) -> None:
             time.sleep(0.05)
     relay.stop()
     raise RuntimeError(f"mailrelay did not listen within {STARTUP_TIMEOUT_SECS}s:\n{relay.logs()}")
+
+
+def log_events(text: str, name: str | None = None) -> list[dict[str, Any]]:
+    """JSON log lines as dicts (the events named `name`, or all); a last line without its newline is left out."""
+    lines = text.split("\n")[:-1]  # the piece after the last newline is empty or unfinished
+    events = [json.loads(line) for line in lines]
+    return [event for event in events if name is None or event["event"] == name]
 
 
 def relay_command() -> list[str]:

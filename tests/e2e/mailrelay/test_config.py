@@ -1,15 +1,26 @@
-"""Invalid configuration: the real process exits non-zero before listening, naming the variable."""
+"""Configuration of the real process: invalid values exit 2 before listening, naming the variable; `.env`;
+unknown variables; listen failures."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from bastion_core import UNKNOWN_VARIABLE_EVENT
 from mailrelay.testing import WebhookReceiver, free_port
-from tests.e2e.mailrelay.support import TARGET, RelayProcess, relay_command, relay_env, wait_until_listening
+from tests.e2e.mailrelay.support import (
+    TARGET,
+    RelayProcess,
+    log_events,
+    relay_command,
+    relay_env,
+    wait_until_listening,
+)
 
 VALID = {
     "TARGET_EMAILS": TARGET,
@@ -24,42 +35,56 @@ def run_relay(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[st
     return subprocess.run(relay_command(), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=20)
 
 
+INSECURE = "an https URL (plain http is allowed only to loopback hosts unless MAIL_RELAY_WEBHOOK_ALLOW_INSECURE=true)"
+
+
+def configuration_error(variable: str, expected: str, shown: str) -> str:
+    return f"mailrelay: configuration error: MAIL_RELAY_{variable}: expected {expected}, got {shown}\n"
+
+
 @pytest.mark.parametrize(
-    ("variable", "value"),
+    ("variable", "value", "expected"),
     [
-        pytest.param("TARGET_EMAILS", "", id="targets-empty"),
-        pytest.param("TARGET_EMAILS", "not-an-address", id="targets-bad"),
-        pytest.param("WEBHOOK_URL", "ftp://example.com/hook", id="url-scheme"),
-        pytest.param("WEBHOOK_URL", "http://example.com/hook", id="url-insecure"),
-        pytest.param("WEBHOOK_URL", "http://127.0.0.1.example.com/hook", id="url-loopback-lookalike"),
-        pytest.param("PORT", "smtp", id="port-text"),
-        pytest.param("PORT", "70000", id="port-range"),
-        pytest.param("WEBHOOK_TIMEOUT", "-1", id="timeout-negative"),
-        pytest.param("WEBHOOK_MAX_RETRIES", "many", id="retries-text"),
-        pytest.param("CIRCUIT_BREAKER_THRESHOLD", "0", id="threshold-zero"),
-        pytest.param("MAX_MESSAGE_SIZE", "1e6", id="size-float"),
-        pytest.param("LOG_LEVEL", "LOUD", id="log-level"),
-        pytest.param("TLS_CERT", "/nonexistent/cert.pem", id="tls-cert-missing"),
-        pytest.param("WEBHOOK_ALLOW_INSECURE", "maybe", id="bool"),
+        pytest.param("TARGET_EMAILS", "", "a value (this variable is required)", id="targets-empty"),
+        pytest.param(
+            "TARGET_EMAILS",
+            "not-an-address",
+            "a comma-separated list of addresses like inbox@example.com",
+            id="targets-bad",
+        ),
+        pytest.param("WEBHOOK_URL", "ftp://example.com/hook", "an absolute http(s) URL", id="url-scheme"),
+        pytest.param("WEBHOOK_URL", "http://example.com/hook", INSECURE, id="url-insecure"),
+        pytest.param("WEBHOOK_URL", "http://127.0.0.1.example.com/hook", INSECURE, id="url-loopback-lookalike"),
+        pytest.param("PORT", "smtp", "a TCP port 0-65535", id="port-text"),
+        pytest.param("PORT", "70000", "a TCP port 0-65535", id="port-range"),
+        pytest.param("WEBHOOK_TIMEOUT", "-1", "a number of seconds > 0", id="timeout-negative"),
+        pytest.param("WEBHOOK_MAX_RETRIES", "many", "an integer 0-20", id="retries-text"),
+        pytest.param("CIRCUIT_BREAKER_THRESHOLD", "0", "a positive integer", id="threshold-zero"),
+        pytest.param("MAX_MESSAGE_SIZE", "1e6", "a positive integer", id="size-float"),
+        pytest.param("LOG_LEVEL", "LOUD", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL", id="log-level"),
+        pytest.param("LOG_FORMAT", "xml", "one of auto, json, console", id="log-format"),
+        pytest.param("TLS_CERT", "/nonexistent/cert.pem", "the path of a readable PEM file", id="tls-cert-missing"),
+        pytest.param("WEBHOOK_ALLOW_INSECURE", "maybe", "a boolean (true/false, 1/0, yes/no, on/off)", id="bool"),
     ],
 )
-def test_invalid_value_exits_non_zero_naming_variable(tmp_path: Path, variable: str, value: str) -> None:
+def test_invalid_value_exits_2_naming_variable_and_value(
+    tmp_path: Path, variable: str, value: str, expected: str
+) -> None:
     result = run_relay(tmp_path, **{**VALID, variable: value})
-    assert result.returncode != 0
-    assert f"MAIL_RELAY_{variable}" in result.stderr
-    if value:
-        assert repr(value) in result.stderr
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == configuration_error(variable, expected, repr(value))
 
 
 def test_missing_required_variable_is_named(tmp_path: Path) -> None:
     result = run_relay(tmp_path, TARGET_EMAILS=TARGET)
-    assert result.returncode != 0
-    assert "MAIL_RELAY_WEBHOOK_URL" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr == configuration_error("WEBHOOK_URL", "a value (this variable is required)", "<unset>")
 
 
 def test_signing_secret_is_never_printed(tmp_path: Path) -> None:
     result = run_relay(tmp_path, **VALID, WEBHOOK_SIGNING_SECRET="hunter2-secret", PORT="bad")
-    assert result.returncode != 0
+    assert result.returncode == 2
+    assert result.stderr == configuration_error("PORT", "a TCP port 0-65535", "'bad'")
     assert "hunter2-secret" not in result.stderr + result.stdout
 
 
@@ -67,8 +92,10 @@ def test_tls_key_without_cert_is_named(tmp_path: Path) -> None:
     key = tmp_path / "key.pem"
     key.write_text("not a key")
     result = run_relay(tmp_path, **VALID, TLS_KEY=str(key))
-    assert result.returncode != 0
-    assert "MAIL_RELAY_TLS_CERT" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr == configuration_error(
+        "TLS_CERT", "a PEM path (TLS_CERT and TLS_KEY are set together)", "<unset>"
+    )
 
 
 def test_dotenv_file_is_read_and_environment_wins(tmp_path: Path, receiver: WebhookReceiver) -> None:
@@ -100,9 +127,16 @@ def test_port_in_use_exits_1(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         result = run_relay(tmp_path, **VALID, PORT=str(port))
     assert result.returncode == 1
-    assert "listen_failed" in result.stderr
-    assert "MAIL_RELAY_BIND_ADDRESS/MAIL_RELAY_PORT" in result.stderr
-    assert f"127.0.0.1:{port}" in result.stderr
+    (event,) = log_events(result.stderr, "listen_failed")
+    assert (event["level"], event["variables"], event["address"]) == (
+        "error",
+        "MAIL_RELAY_BIND_ADDRESS/MAIL_RELAY_PORT",
+        f"127.0.0.1:{port}",
+    )
+    assert event["error"] == (
+        f"[Errno {errno.EADDRINUSE}] error while attempting to bind on address ('127.0.0.1', {port}): "
+        "address already in use"
+    )
 
 
 def test_health_port_in_use_exits_1_naming_the_health_variables(tmp_path: Path) -> None:
@@ -112,5 +146,27 @@ def test_health_port_in_use_exits_1_naming_the_health_variables(tmp_path: Path) 
         port = taken.getsockname()[1]
         result = run_relay(tmp_path, **VALID, HEALTH_PORT=str(port))
     assert result.returncode == 1
-    assert "MAIL_RELAY_HEALTH_BIND_ADDRESS/MAIL_RELAY_HEALTH_PORT" in result.stderr
-    assert f"127.0.0.1:{port}" in result.stderr
+    (event,) = log_events(result.stderr, "listen_failed")
+    assert (event["variables"], event["address"]) == (
+        "MAIL_RELAY_HEALTH_BIND_ADDRESS/MAIL_RELAY_HEALTH_PORT",
+        f"127.0.0.1:{port}",
+    )
+
+
+def test_unknown_variable_is_a_warning_not_a_refusal(
+    start_relay: Callable[..., RelayProcess], receiver: WebhookReceiver
+) -> None:
+    relay = start_relay(WEBHOOK_URL=receiver.url, PROT="25", LOG_LEVEL="warning")
+    (event,) = relay.events(UNKNOWN_VARIABLE_EVENT)
+    assert (event["level"], event["variable"]) == ("warning", "MAIL_RELAY_PROT")
+    assert relay.events("mailrelay_started") == []  # LOG_LEVEL=warning keeps info events out
+
+
+def test_log_format_console_writes_readable_lines(
+    start_relay: Callable[..., RelayProcess], receiver: WebhookReceiver
+) -> None:
+    relay = start_relay(WEBHOOK_URL=receiver.url, LOG_FORMAT="console", LOG_LEVEL="info")
+    relay.stop()
+    lines = relay.logs().splitlines()
+    assert not any(line.startswith("{") for line in lines)
+    assert any("[info     ] mailrelay_started" in line and "[mailrelay]" in line for line in lines)

@@ -18,19 +18,24 @@ from mailrelay.testing import ScriptedResponse, WebhookReceiver
 from tests.e2e.mailrelay.support import SECRET, TARGET, RelayProcess
 
 MESSAGE = b"From: alice@example.org\r\nSubject: deliver me\r\n\r\nbody\r\n"
+DELIVERED = (250, b"OK: Message accepted for delivery")
+
+
+def failed(problem: str) -> tuple[int, bytes]:
+    return 451, f"4.3.0 Webhook delivery failed ({problem}), try again later".encode()
 
 
 def transaction(relay: RelayProcess, message: bytes = MESSAGE) -> tuple[int, bytes]:
     """MAIL, RCPT, DATA on a fresh connection; the final reply to DATA."""
     with relay.smtp() as smtp:
         smtp.ehlo()
-        assert smtp.mail("alice@example.org")[0] == 250
-        assert smtp.rcpt(TARGET)[0] == 250
+        assert smtp.mail("alice@example.org") == (250, b"OK")
+        assert smtp.rcpt(TARGET) == (250, b"OK")
         return smtp.data(message)
 
 
 def test_request_headers_and_signature_verify(relay: RelayProcess, webhook: WebhookReceiver) -> None:
-    assert transaction(relay) == (250, b"OK: Message accepted for delivery")
+    assert transaction(relay) == DELIVERED
     (request,) = webhook.wait_for(1)
     assert request.method == "POST"
     assert request.header("Content-Type") == "application/json"
@@ -43,11 +48,28 @@ def test_request_headers_and_signature_verify(relay: RelayProcess, webhook: Webh
     assert json.loads(request.body)["subject"] == "deliver me"
 
 
+def test_each_message_is_logged_as_one_json_event_without_secrets(
+    relay: RelayProcess, webhook: WebhookReceiver
+) -> None:
+    assert transaction(relay) == DELIVERED
+    (request,) = webhook.wait_for(1)
+    delivery_id = request.header("X-MailRelay-Delivery-Id")
+    (event,) = [e for e in relay.events("message_relayed") if e["delivery_id"] == delivery_id]
+    assert event["level"] == "info"
+    assert event["logger"] == "mailrelay.relay"
+    assert (event["outcome"], event["attempts"], event["status"]) == ("delivered", 1, 200)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", event["timestamp"])
+    assert SECRET not in relay.logs()
+    assert "deliver me" not in relay.logs()  # nothing of the message itself
+    # at LOG_LEVEL=DEBUG too, the libraries underneath (aiosmtpd, httpx, httpcore, asyncio) stay quiet
+    assert {event["logger"].split(".")[0] for event in relay.events()} == {"mailrelay"}
+
+
 def test_no_signature_headers_without_secret(
     start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver
 ) -> None:
     relay = start_relay(WEBHOOK_URL=webhook.url)
-    assert transaction(relay)[0] == 250
+    assert transaction(relay) == DELIVERED
     (request,) = webhook.wait_for(1)
     assert request.header("X-MailRelay-Timestamp") is None
     assert request.header("X-MailRelay-Signature-256") is None
@@ -56,7 +78,7 @@ def test_no_signature_headers_without_secret(
 
 def test_500_twice_then_200_is_250_after_exactly_three_posts(relay: RelayProcess, webhook: WebhookReceiver) -> None:
     webhook.script(500, 500, 200)
-    assert transaction(relay) == (250, b"OK: Message accepted for delivery")
+    assert transaction(relay) == DELIVERED
     requests = webhook.wait_for(3)
     assert len(requests) == 3
     assert len({r.body for r in requests}) == 1
@@ -69,7 +91,7 @@ def test_500_twice_then_200_is_250_after_exactly_three_posts(relay: RelayProcess
 
 def test_retry_after_and_429_are_honoured(relay: RelayProcess, webhook: WebhookReceiver) -> None:
     webhook.script(ScriptedResponse(status=429, headers={"Retry-After": "0"}), 503, 200)
-    assert transaction(relay)[0] == 250
+    assert transaction(relay) == DELIVERED
     assert len(webhook.wait_for(3)) == 3
 
 
@@ -77,11 +99,13 @@ def test_webhook_down_is_451_and_nothing_delivered(
     start_relay: Callable[..., RelayProcess], dead_url: str, webhook: WebhookReceiver
 ) -> None:
     relay = start_relay(WEBHOOK_URL=dead_url)
-    code, text = transaction(relay)
-    assert code == 451
-    assert text.startswith(b"4.3.0 ")
+    assert transaction(relay) == failed("connection error: ConnectError")
     assert webhook.requests == []
-    assert relay.logs().count("webhook_retry_scheduled") == 3  # 1 attempt + 3 retries
+    retries = relay.events("webhook_retry_scheduled")
+    assert [event["attempt"] for event in retries] == [1, 2, 3]  # 1 attempt + 3 retries
+    assert {event["problem"] for event in retries} == {"connection error: ConnectError"}
+    (relayed,) = relay.events("message_relayed")
+    assert (relayed["outcome"], relayed["attempts"], relayed["status"]) == ("temporary_failure", 4, None)
 
 
 def test_persistent_500_is_451_after_all_retries(
@@ -89,9 +113,7 @@ def test_persistent_500_is_451_after_all_retries(
 ) -> None:
     relay = start_relay(WEBHOOK_URL=webhook.url, WEBHOOK_MAX_RETRIES="2")
     webhook.reset(default=500)
-    code, text = transaction(relay)
-    assert code == 451
-    assert text.startswith(b"4.3.0")
+    assert transaction(relay) == failed("HTTP 500")
     assert len(webhook.wait_for(3)) == 3
 
 
@@ -100,17 +122,13 @@ def test_webhook_timeout_is_retried_then_451(
 ) -> None:
     relay = start_relay(WEBHOOK_URL=webhook.url, WEBHOOK_TIMEOUT="0.3", WEBHOOK_MAX_RETRIES="1")
     webhook.script(ScriptedResponse(status=200, delay=1.0), ScriptedResponse(status=200, delay=1.0))
-    code, text = transaction(relay)
-    assert (code, text[:5]) == (451, b"4.3.0")
-    assert b"timeout" in text
+    assert transaction(relay) == failed("timeout")
 
 
 @pytest.mark.parametrize("status", [400, 404, 422])
 def test_other_4xx_is_554(relay: RelayProcess, webhook: WebhookReceiver, status: int) -> None:
     webhook.script(status)
-    code, text = transaction(relay)
-    assert code == 554
-    assert text.startswith(b"5.6.0 ")
+    assert transaction(relay) == (554, f"5.6.0 Webhook refused the message (HTTP {status})".encode())
     assert len(webhook.wait_for(1)) == 1  # never retried
 
 
@@ -138,12 +156,10 @@ def test_open_breaker_answers_451_at_once_without_posting(
         CIRCUIT_BREAKER_RESET="600",
     )
     webhook.reset(default=500)
-    assert transaction(relay)[0] == 451
-    assert transaction(relay)[0] == 451
+    assert transaction(relay) == failed("HTTP 500")
+    assert transaction(relay) == failed("HTTP 500")
     assert len(webhook.wait_for(2)) == 2
-    code, text = transaction(relay)
-    assert code == 451
-    assert text.startswith(b"4.3.0 ") and b"circuit open" in text
+    assert transaction(relay) == (451, b"4.3.0 Webhook temporarily unavailable (circuit open), try again later")
     assert len(webhook.requests) == 2  # the third message never reached the webhook
 
 
@@ -155,10 +171,10 @@ def test_breaker_half_open_probe_closes_it(start_relay: Callable[..., RelayProce
         CIRCUIT_BREAKER_RESET="0.2",
     )
     webhook.script(500)
-    assert transaction(relay)[0] == 451  # the failure opens the breaker
+    assert transaction(relay) == failed("HTTP 500")  # the failure opens the breaker
     time.sleep(0.3)  # longer than CIRCUIT_BREAKER_RESET: the next message is the half-open probe
-    assert transaction(relay) == (250, b"OK: Message accepted for delivery")
-    assert transaction(relay)[0] == 250  # closed again
+    assert transaction(relay) == DELIVERED
+    assert transaction(relay) == DELIVERED  # closed again
     assert len(webhook.requests) == 3
 
 

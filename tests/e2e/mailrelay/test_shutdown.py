@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mailrelay.smtp import replies as r
+from mailrelay.smtp import _replies as r
 from mailrelay.testing import ScriptedResponse, WebhookReceiver
 from tests.e2e.mailrelay.support import TARGET, RelayProcess
 
@@ -26,7 +26,7 @@ def test_signal_stops_with_exit_0_and_421_to_idle_sessions(
         assert relay.stop(sig) == 0
         assert idle.reply() == [str(r.SHUTTING_DOWN).encode()]
         assert idle.closed_by_server()
-    assert "mailrelay_stopped" in relay.logs()
+    assert [event["event"] for event in relay.events()][-2:] == ["mailrelay_stopping", "mailrelay_stopped"]
 
 
 def test_idle_tls_session_does_not_hold_up_shutdown(
@@ -45,7 +45,7 @@ def test_idle_tls_session_does_not_hold_up_shutdown(
         smtp.ehlo()
         assert relay.stop() == 0  # exited by itself, not killed after STOP_TIMEOUT_SECS
         assert smtp.getreply() == (r.SHUTTING_DOWN.code, r.SHUTTING_DOWN.text.encode())
-    assert "mailrelay_stopped" in relay.logs()
+    assert [event["event"] for event in relay.events()][-2:] == ["mailrelay_stopping", "mailrelay_stopped"]
 
 
 def test_message_in_delivery_finishes_before_exit(

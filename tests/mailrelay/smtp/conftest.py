@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from mailrelay.smtp.server import SmtpServer
-from mailrelay.smtp.session import SmtpOptions
+from mailrelay.smtp._server import SmtpServer
+from mailrelay.smtp._session import SmtpOptions
 from tests.mailrelay.smtp.support import Client, Connect, ScriptedHandler
 
 

@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-from mailrelay.smtp import replies as r
-from mailrelay.smtp.replies import Reply
-from mailrelay.smtp.session import Envelope, Session
+from mailrelay.smtp import _replies as r
+from mailrelay.smtp._replies import Reply
+from mailrelay.smtp._session import Envelope, Session
 
 
 class ScriptedHandler:

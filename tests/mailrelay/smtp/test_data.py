@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from mailrelay.smtp import replies as r
-from mailrelay.smtp.data import read_message
-from mailrelay.smtp.replies import Reply
+from mailrelay.smtp import _replies as r
+from mailrelay.smtp._data import read_message
+from mailrelay.smtp._replies import Reply
 
 
 async def read(data: bytes, *, max_size: int = 1000, limit: int = 100) -> bytes | Reply:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mailrelay.smtp import replies as r
+from mailrelay.smtp import _replies as r
 
 
 def test_spec_texts() -> None:

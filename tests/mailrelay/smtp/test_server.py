@@ -5,20 +5,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from mailrelay.smtp import replies as r
-from mailrelay.smtp.server import SmtpServer
-from mailrelay.tls import server_context
+from mailrelay._tls import server_context
+from mailrelay.smtp import _replies as r
+from mailrelay.smtp._server import SmtpServer
 from tests.mailrelay.smtp.support import Client, Connect, ScriptedHandler
 
 MakeServer = Callable[..., Awaitable[tuple[SmtpServer, Connect]]]
 
 
 async def open_data(client: Client) -> None:
-    assert (await client.reply())[0].startswith(b"220")
+    assert await client.reply() == [str(r.GREETING).encode()]
     await client.command("EHLO tester")
     assert await client.command("MAIL FROM:<a@example.org>") == [b"250 OK"]
     assert await client.command("RCPT TO:<inbox@example.test>") == [b"250 OK"]
-    assert (await client.command("DATA"))[0].startswith(b"354")
+    assert await client.command("DATA") == [str(r.START_MAIL_INPUT).encode()]
 
 
 async def test_ehlo_without_tls_context_does_not_offer_starttls(make_server: MakeServer) -> None:
@@ -61,7 +61,7 @@ async def test_per_ip_cap(make_server: MakeServer) -> None:
     await first.command("QUIT")
     assert await first.at_eof()
     third = await connect()
-    assert (await third.reply())[0].startswith(b"220")  # the slot was released
+    assert await third.reply() == [str(r.GREETING).encode()]  # the slot was released
     assert server.hub.per_ip["127.0.0.1"] == 1
 
 

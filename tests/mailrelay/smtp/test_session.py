@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mailrelay.smtp.session import ALLOWED_STATES, Event, Session, SmtpState, next_state
+from mailrelay.smtp._session import ALLOWED_STATES, Event, Session, SmtpState, next_state
 
 S = SmtpState
 

@@ -1,0 +1,233 @@
+"""The built application: the pipeline (``bastion._pipeline``) over the dispatcher, plus lifespan hooks.
+
+Built by ``Service.build(settings)`` from the service's :class:`~bastion._parts.ServiceParts`; the order of the
+layers is not written here but in the pipeline's one list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime
+from typing import Any
+
+import structlog
+from fastapi import APIRouter
+from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
+from opentelemetry.metrics import MeterProvider
+from starlette.datastructures import State
+from starlette.routing import BaseRoute
+
+from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
+from bastion._parts import SECURITY_SLOTS, ServiceParts, Slot
+from bastion._pipeline import Step, assemble, grpc_steps, pipeline
+from bastion._responses import send_json
+from bastion._security import Posture, Security
+from bastion._telemetry import get_meter, version_counter
+from bastion.auth._routes import revoke_token_route
+from bastion.config import Settings
+from bastion.errors import ConfigError
+from bastion.policy._engine import LoadedPolicies
+from bastion.policy._routes import reload_policy_route
+from bastion.routing._fallback import Dispatcher
+from bastion.routing._resolve import RouteEntry, RouteTable
+from bastion.routing._versioned import ApiVersion
+from bastion.types import H2_PROTOCOL_FACTORY, ASGIApp, Receive, Scope, Send
+
+DEFAULT_SERVICE_NAME = "bastion-service"
+DEFAULT_SERVICE_VERSION = "0.1.0"
+
+log = structlog.get_logger("bastion.app")
+
+
+class BastionApp:
+    """The built ASGI application: the pipeline's steps over the dispatcher, plus lifespan hooks."""
+
+    def __init__(self, parts: ServiceParts, settings: Settings, *, meter_provider: MeterProvider | None = None) -> None:
+        parts.api.validate()
+        self.parts = parts
+        self.settings = settings
+        self.state = State()
+        self.name = settings.service.name or parts.name or DEFAULT_SERVICE_NAME
+        self.version = settings.service.version or parts.version or DEFAULT_SERVICE_VERSION
+        self.base_path = parts.api.base_path if parts.api.base_path is not None else settings.service.base_path
+        # Token auth, policy, rate limiting: built and checked the way `bastion check-config` checks them.
+        self.security = Security.from_settings(
+            settings, realm=self.name, normalizer=parts.normalizer, extractors=parts.extractors
+        )
+        self.cache_store = self.security.cache_store
+        self.revocations = self.security.revocations
+        self.auditor = self.security.auditor
+        self.policy = self.security.policy
+        self.token_auth = self.security.token_auth
+        self.rate_limiting = self.security.rate_limiting
+        self._check_grpc_layers()
+        self._watcher: asyncio.Task[None] | None = None
+        self.grpc: Any = None  # bastion.grpc._server.GrpcServer once started
+
+        self.router = APIRouter()
+        entries: list[RouteEntry] = []
+        for number, version in sorted(parts.api.versions.items()):
+            prefix = parts.api.prefix(number, self.base_path)
+            self.router.include_router(version, prefix=prefix)
+            openapi = RouteEntry(
+                path=f"{prefix}/openapi.json",
+                methods=frozenset({"GET", "HEAD"}),
+                version=number,
+                name=f"openapi_v{number}",
+                handler=self._openapi_handler(number),
+            )
+            entries.extend(RouteTable.from_router(version_router(version, prefix), version=number, extra=[openapi]))
+        self.routes = RouteTable(entries)
+        checks = list(parts.checks)
+        if settings.cache_store.url is not None:
+            checks.append(ReadinessCheck(name="cache_store", check=self.cache_store.ping))
+        self.health = Health(
+            service=self.name,
+            version=self.version,
+            checks=checks,
+            timeout=settings.service.ready_timeout_secs,
+        )
+        operator_routes: list[BaseRoute] = []
+        if parts.revoke_route is not None:
+            path, admin_role = parts.revoke_route
+            operator_routes.append(revoke_token_route(self.revocations, path=path, admin_role=admin_role))
+        if parts.reload_route is not None:
+            path, admin_role = parts.reload_route
+            operator_routes.append(reload_policy_route(self.reload_policies, path=path, admin_role=admin_role))
+        dispatcher = Dispatcher(
+            builtins={HEALTH_PATH: self.health.health, READY_PATH: self.health.ready},
+            table=self.routes,
+            versioned=AsyncExitStackMiddleware(self.router),  # FastAPI routes expect its exit stack in scope
+            frontend=[*operator_routes, *parts.frontend],
+            fallback=parts.fallback or parts.frontend_fallback,
+            fallback_takes_websockets=parts.fallback is not None and parts.fallback_is_app,
+        )
+        self.steps: list[Step] = pipeline(
+            settings,
+            routes=self.routes,
+            api=parts.api,
+            base_path=self.base_path,
+            version_counter=version_counter(get_meter(meter_provider)) if settings.metrics.enabled else None,
+            token_auth=self.token_auth,
+            rate_limit=self.rate_limiting,
+            policy=self.policy,
+            operator=parts.slots,
+        )
+        self.stack = assemble(self.steps, dispatcher)
+
+    def _check_grpc_layers(self) -> None:
+        """Refuse operator security layers that would leave gRPC methods unguarded (docs/grpc.md)."""
+        if not self.settings.grpc.enabled or not self.parts.grpc_services:
+            return
+        for slot in Slot:
+            if slot in SECURITY_SLOTS and any(use.grpc is None for use in self.parts.slots.get(slot, ())):
+                raise ConfigError(
+                    f"service.use(Slot.{slot.name}, layer) guards HTTP only and gRPC is enabled: pass "
+                    f"service.use(Slot.{slot.name}, layer, grpc=hook) with an async hook(scope) that checks every "
+                    "gRPC call the same way, or set grpc.enabled = false"
+                )
+
+    def posture(self) -> Posture:
+        """What protects this app: the ``security_posture`` log line at start-up."""
+        return self.security.posture(
+            custom_layers={slot.value: len(self.parts.slots.get(slot, ())) for slot in Slot},
+            grpc_services=len(self.parts.grpc_services),
+        )
+
+    def reload_policies(self) -> LoadedPolicies:
+        """Re-read ``policy.policy_path`` and swap the set in atomically; a bad file keeps the old set and raises
+        PolicyLoadError (naming the file, statement and line). The decision cache is cleared on success."""
+        if self.policy is None:
+            raise ConfigError("policy authorization is off (no policy.policy_path): there are no policies to reload")
+        return self.policy.reload()
+
+    async def aclose(self) -> None:
+        """Release what the app holds open (cache-store connections); run at lifespan shutdown."""
+        if self.grpc is not None:
+            await self.grpc.drain(self.settings.service.graceful_shutdown_secs)
+            self.grpc = None
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        await self.cache_store.close()
+
+    async def revoke(self, jti: str, reason: str, expires_at: float | datetime) -> None:
+        """Revoke the token ``jti`` until ``expires_at`` (its ``exp``): ``jwt:revoked:{jti}`` in the cache store."""
+        await self.revocations.revoke(jti, reason, expires_at)
+
+    def _openapi_handler(self, number: int) -> ASGIApp:
+        async def openapi(scope: Scope, receive: Receive, send: Send) -> None:
+            document = self.parts.api.openapi(number, base_path=self.base_path, title=self.name, version=self.version)
+            await send_json(send, 200, document, head=scope["method"] == "HEAD")
+
+        return openapi
+
+    async def start_grpc(self, state: dict[str, Any]) -> None:
+        """Create the gRPC server in the running loop: on ``grpc.port`` or behind the main port's sniffer."""
+        # Imported here: grpclib registers the grpc.health/reflection protos in protobuf's default pool, which
+        # would clash with grpcio's own health package in services that never enable gRPC.
+        from bastion.grpc._interceptors import GrpcGuard
+        from bastion.grpc._server import GrpcServer
+
+        settings = self.settings
+        guard = GrpcGuard(
+            steps=grpc_steps(self.steps),
+            max_message_size=settings.grpc.max_message_size,
+            extractors=self.parts.grpc_extractors,
+        )
+
+        async def ready() -> bool:
+            healthy, _ = await self.health.readiness()
+            return healthy
+
+        self.grpc = GrpcServer(self.parts.grpc_services, guard=guard, ready=ready)
+        if settings.grpc.use_separate_port:
+            await self.grpc.start(settings.service.host, settings.grpc.port)
+        else:
+            state[H2_PROTOCOL_FACTORY] = self.grpc.protocol_factory
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(scope, receive, send)
+            return
+        scope["app"] = self
+        scope["router"] = self.router
+        await self.stack(scope, receive, send)
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    for hook in self.parts.startup:
+                        await hook()
+                    if self.settings.grpc.enabled:
+                        await self.start_grpc(scope.setdefault("state", {}))
+                    if self.policy is not None and self.settings.policy.hot_reload:
+                        self._watcher = asyncio.create_task(self.policy.watch(), name="policy-hot-reload")
+                except Exception as exc:
+                    log.error("startup_failed", exc_info=exc)
+                    await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
+                    return
+                self.posture().log()
+                log.info("service_started", service=self.name, version=self.version)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                for hook in [*reversed(self.parts.shutdown), self.aclose]:
+                    try:
+                        await hook()
+                    except Exception as exc:
+                        log.error("shutdown_hook_failed", exc_info=exc)
+                log.info("service_stopped", service=self.name)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def version_router(version: ApiVersion, prefix: str) -> APIRouter:
+    """A router holding only ``version`` under ``prefix``, for reading its routes' full templates."""
+    router = APIRouter()
+    router.include_router(version, prefix=prefix)
+    return router

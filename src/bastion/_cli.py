@@ -1,0 +1,217 @@
+"""The ``bastion`` command: ``run`` a service, ``check-config`` a file."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bastion.config import load_settings, masked
+from bastion.errors import ConfigError
+
+EXIT_OK, EXIT_DENIED, EXIT_CONFIG = 0, 1, 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bastion._runner import serve
+    from bastion._telemetry import configure_logging
+
+    configure_logging()  # warnings while the settings load go to stderr too
+    settings = load_settings(args.config)
+    configure_logging(settings.service.log_level, settings.service.log_format)
+    return serve(
+        args.app,
+        settings,
+        config_path=args.config,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        app_dir=args.app_dir,
+    )
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    """What ``bastion run`` checks, without an app: keys, certificates, policies, rules; then the posture
+    (stderr, for people) and the effective settings (stdout, JSON for tools)."""
+    from bastion._security import Security
+    from bastion._telemetry import configure_logging
+
+    configure_logging("warning", "console")  # stdout stays the JSON document
+    settings = load_settings(args.file)
+    security = Security.from_settings(settings, realm=settings.service.name or "api")
+    try:
+        posture = security.posture()
+    finally:
+        asyncio.run(security.aclose())
+    print(f"configuration OK: {args.file}", file=sys.stderr)
+    print("security posture:", file=sys.stderr)
+    for line in posture.lines():
+        print(f"  {line}", file=sys.stderr)
+    print(json.dumps(masked(settings), indent=2))
+    return EXIT_OK
+
+
+def _dev_keys(args: argparse.Namespace) -> int:
+    from bastion.testing import write_dev_keys
+
+    private, public = write_dev_keys(args.dir)
+    print(f"private key (keep it here, never deploy it): {private}\npublic key (token.public_key_path): {public}")
+    return EXIT_OK
+
+
+def _claim(text: str) -> tuple[str, object]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--claim {text!r} must look like name=value")
+    try:
+        return name, json.loads(raw)
+    except json.JSONDecodeError:
+        return name, raw
+
+
+def _dev_token(args: argparse.Namespace) -> int:
+    from bastion.testing import TokenMinter
+
+    try:
+        pem = Path(args.key).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read --key {args.key!r}: {exc.strerror}") from None
+    try:
+        minter = TokenMinter.from_private_pem(pem, args.algorithm)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"--key {args.key!r} is not an RSA or EC private key ({exc})") from None
+    claims = dict(args.claim or [])
+    for name in ("username", "email", "client_id"):
+        if getattr(args, name):
+            claims[name] = getattr(args, name)
+    if args.perms:
+        claims["perms"] = args.perms
+    print(minter.mint(sub=args.sub, roles=args.roles or [], ttl=args.ttl, **claims))
+    return EXIT_OK
+
+
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
+def _policy_check(args: argparse.Namespace) -> int:
+    from bastion.policy._engine import load_policies
+
+    loaded = load_policies(args.file)
+    context = "any" if loaded.context_attributes is None else ", ".join(sorted(loaded.context_attributes)) or "none"
+    print(f"{args.file}: {loaded.statements} policies OK (digest {loaded.digest}; context attributes read: {context})")
+    return EXIT_OK
+
+
+def _policy_eval(args: argparse.Namespace) -> int:
+    from bastion.policy._authorizer import PRINCIPAL_TYPE, RESOURCE_TYPE
+    from bastion.policy._engine import evaluate, load_policies
+
+    loaded = load_policies(args.file)
+    principal = dict(args.principal)
+    principal.setdefault("roles", [])
+    principal.setdefault("perms", [])
+    principal_id = str(principal.get("sub") or principal.get("client_id") or "anonymous")
+    decision = evaluate(
+        loaded,
+        principal=(PRINCIPAL_TYPE, principal_id, principal),
+        action=args.action,
+        resource=(RESOURCE_TYPE, args.resource_id, args.resource),
+        context=args.context,
+    )
+    verdict = "ERROR" if decision.failed else "ALLOW" if decision.allowed else "DENY"
+    print(verdict)
+    for reason in decision.reasons:
+        print(f"  reason: {reason}")
+    for error in decision.errors:
+        print(f"  error: {error}")
+    return EXIT_OK if decision.allowed else EXIT_DENIED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bastion", description="Secure, versioned backend services.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="serve MODULE:ATTR (a bastion.Service)")
+    run.add_argument("app", metavar="MODULE:ATTR", help="e.g. examples.documents_api:service")
+    run.add_argument("--config", metavar="FILE", help="TOML configuration (embedded defaults when omitted)")
+    run.add_argument("--host", help="bind address (default: service.host, 0.0.0.0)")
+    run.add_argument("--port", type=int, help="bind port (default: service.port, 8080)")
+    run.add_argument("--workers", type=int, help="worker processes (default: service.workers, 1)")
+    run.add_argument("--app-dir", default=".", help="directory added to sys.path before importing (default: .)")
+    run.set_defaults(handler=_run)
+
+    check = commands.add_parser("check-config", help="validate FILE and print the effective settings, secrets masked")
+    check.add_argument("file", metavar="FILE")
+    check.set_defaults(handler=_check_config)
+
+    policy = commands.add_parser("policy", help="check or evaluate a Cedar policy file offline")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    check_policy = policy_commands.add_parser("check", help="parse FILE; report the statement and line of an error")
+    check_policy.add_argument("file", metavar="FILE")
+    check_policy.set_defaults(handler=_policy_check)
+    evaluate = policy_commands.add_parser("eval", help="decide one request against FILE and print the reasons")
+    evaluate.add_argument("file", metavar="FILE")
+    evaluate.add_argument(
+        "--principal",
+        type=_json_object,
+        default={},
+        help='principal attributes, e.g. \'{"sub":"alice","roles":["user"]}\'',
+    )
+    evaluate.add_argument("--action", required=True, help='e.g. "GET /api/v1/documents/{user_id}/{doc_id}"')
+    evaluate.add_argument(
+        "--resource", type=_json_object, default={}, help='resource attributes, e.g. \'{"owner_id":"alice"}\''
+    )
+    evaluate.add_argument("--resource-id", default="resource", help="resource entity id (default: resource)")
+    evaluate.add_argument(
+        "--context", type=_json_object, default={}, help='context, e.g. \'{"ip_address":"10.0.0.1"}\''
+    )
+    evaluate.set_defaults(handler=_policy_eval)
+
+    keys = commands.add_parser("dev-keys", help="development only: create an RS256 key pair (kept if present)")
+    keys.add_argument("--dir", default=".dev", help="where to write jwt-private.pem and jwt-public.pem (.dev)")
+    keys.set_defaults(handler=_dev_keys)
+
+    token = commands.add_parser("dev-token", help="development only: print a signed JWT for trying a service")
+    token.add_argument("--key", required=True, metavar="FILE", help="private key PEM (e.g. .dev/jwt-private.pem)")
+    token.add_argument("--algorithm", choices=["RS256", "RS384", "RS512", "ES256", "ES384"])
+    token.add_argument("--sub", default="alice")
+    token.add_argument("--roles", nargs="*", metavar="ROLE")
+    token.add_argument("--perms", nargs="*", metavar="PERM")
+    token.add_argument("--username")
+    token.add_argument("--email")
+    token.add_argument("--client-id", dest="client_id")
+    token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (3600)")
+    token.add_argument("--claim", action="append", type=_claim, metavar="NAME=VALUE", help="extra claim (JSON value)")
+    token.set_defaults(handler=_dev_token)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``bastion`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if getattr(args, "port", None) is not None and not 0 <= args.port <= 65535:
+        print(f"error: --port {args.port} is not a TCP port (0-65535)", file=sys.stderr)
+        return EXIT_CONFIG
+    if getattr(args, "workers", None) is not None and args.workers < 1:
+        print(f"error: --workers {args.workers} must be at least 1", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        result: int = args.handler(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

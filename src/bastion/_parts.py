@@ -1,0 +1,74 @@
+"""What a :class:`~bastion.Service` hands to the app it builds: one frozen snapshot of everything registered.
+
+The builder (``_service``) and the built app (``_app``) both depend on this module and not on each other.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.routing import BaseRoute
+
+from bastion._health import ReadinessCheck
+from bastion.policy import Normalizer, ResourceExtractor
+from bastion.routing import VersionedApi
+from bastion.types import ASGIApp, Scope
+
+Layer = Callable[[ASGIApp], ASGIApp]
+"""``app -> app``: an ASGI middleware factory (``functools.partial(SomeMiddleware, option=...)``)."""
+Hook = Callable[[], Awaitable[None]]
+GrpcHook = Callable[[Scope], Awaitable[None]]
+"""``async hook(scope)`` run for every gRPC call at a layer's position; it rejects by raising a BastionError.
+
+The scope has ``type`` ``"grpc"``, ``method`` ``"POST"``, ``path`` ``/pkg.Service/Method``, ``headers`` (the
+call's metadata, lower-case names, latin-1 bytes), ``client`` and the request id; a token hook may write
+``scope[SCOPE_CLAIMS]`` for the rate limiter and the policy after it.
+"""
+GrpcExtractor = Callable[[Any], Mapping[str, Any]]
+
+
+class Slot(enum.Enum):
+    """Where an operator's layer plugs into the pipeline; the order is the pipeline's (``bastion._pipeline``)."""
+
+    TOKEN_AUTH = "token_auth"
+    RATE_LIMIT = "rate_limit"
+    POLICY = "policy"
+    RESILIENCE = "resilience"
+
+
+SECURITY_SLOTS = frozenset({Slot.TOKEN_AUTH, Slot.RATE_LIMIT, Slot.POLICY})
+"""Slots whose operator layers must also guard gRPC calls (a ``grpc`` hook) when gRPC serves methods."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotUse:
+    """One operator layer in a slot: the HTTP/WebSocket layer and, optionally, its gRPC hook."""
+
+    layer: Layer
+    grpc: GrpcHook | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceParts:
+    """Everything a service registered, as the app is built from it."""
+
+    name: str | None
+    version: str | None
+    api: VersionedApi
+    checks: tuple[ReadinessCheck, ...]
+    frontend: tuple[BaseRoute, ...]
+    frontend_fallback: ASGIApp | None
+    fallback: ASGIApp | None
+    fallback_is_app: bool
+    slots: Mapping[Slot, tuple[SlotUse, ...]]
+    startup: tuple[Hook, ...]
+    shutdown: tuple[Hook, ...]
+    revoke_route: tuple[str, str] | None
+    reload_route: tuple[str, str] | None
+    extractors: Mapping[str, ResourceExtractor]
+    normalizer: Normalizer | None
+    grpc_services: tuple[Any, ...]
+    grpc_extractors: Mapping[str, GrpcExtractor]

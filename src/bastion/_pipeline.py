@@ -1,0 +1,128 @@
+"""The request pipeline, written once: the ordered list of steps, outermost first, and the loop that builds it.
+
+Every HTTP request and WebSocket handshake passes the steps below, top to bottom; a gRPC call passes the
+steps that carry a gRPC check (token auth, rate limit, policy, resilience), in the same order. A step that
+is switched off is simply not in the list: there is no other way to turn a layer off.
+
+    request_id          x-request-id kept if sane, else generated; on every response and log line
+    panic_recovery      an exception escaping the outer steps -> logged 500 in the error shape
+    security_headers    nosniff, frame denial, referrer policy, HSTS over TLS        ([middleware.security_headers])
+    cors                preflights answered here, never reach auth                    (on when origins are set)
+    access_log          one line per request, sensitive headers masked                ([middleware.access_log])
+    error_rendering     errors raised further in -> {"error","code","status"}
+    path_normalization  merge //, resolve ./.. once: every later step sees one path
+    timeout             504 when the handler is too slow
+    body_limit          413 over middleware.max_body_bytes
+    compression         gzip for clients that accept it                              ([middleware.compression])
+    deprecation         version metric; headers and log for deprecated versions
+    route_resolution    route template, version, path parameters into the scope, once
+    token_auth          401; then the operator's Slot.TOKEN_AUTH layers               (a key in [token])
+    rate_limit          429; then the operator's Slot.RATE_LIMIT layers               ([rate_limit])
+    policy              403; then the operator's Slot.POLICY layers                   (a policy_path in [policy])
+    resilience          the operator's Slot.RESILIENCE layers (bulkhead inside breaker -> 503)
+    (dispatch)          /health, /ready, versioned routes, frontend routes, fallback
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
+
+from opentelemetry.metrics import Counter
+
+from bastion._parts import GrpcHook, Layer, Slot, SlotUse
+from bastion.config import Settings
+from bastion.middleware._access_log import AccessLogMiddleware
+from bastion.middleware._compression import CompressionMiddleware
+from bastion.middleware._cors import CorsMiddleware, cors_enabled
+from bastion.middleware._errors import ErrorRenderingMiddleware, PanicRecoveryMiddleware
+from bastion.middleware._limits import BodyLimitMiddleware, TimeoutMiddleware
+from bastion.middleware._request_id import RequestIdMiddleware
+from bastion.middleware._security_headers import SecurityHeadersMiddleware
+from bastion.routing._deprecation_middleware import DeprecationMiddleware
+from bastion.routing._paths import PathNormalizationMiddleware
+from bastion.routing._resolve import RouteResolutionMiddleware, RouteTable
+from bastion.routing._versioned import VersionedApi
+from bastion.types import ASGIApp, Scope
+
+
+class Capability(Protocol):
+    """A built-in security capability: its HTTP/WebSocket layer and the same check for one gRPC call."""
+
+    def layer(self, app: ASGIApp) -> ASGIApp: ...
+
+    async def check_call(self, scope: Scope) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One entry of the pipeline: a name, the ASGI layer and, for the security and resilience steps, the check
+    a gRPC call passes at the same position (``slot`` says which operator slot the step belongs to)."""
+
+    name: str
+    layer: Layer
+    grpc: GrpcHook | None = None
+    slot: Slot | None = None
+
+
+def _slot(slot: Slot, built_in: Capability | None, operator: Mapping[Slot, Sequence[SlotUse]]) -> list[Step]:
+    steps = [] if built_in is None else [Step(slot.value, built_in.layer, built_in.check_call, slot)]
+    uses = operator.get(slot, ())
+    for number, use in enumerate(uses, start=1):
+        steps.append(Step(f"{slot.value}:operator:{number}", use.layer, use.grpc, slot))
+    return steps
+
+
+def pipeline(
+    settings: Settings,
+    *,
+    routes: RouteTable,
+    api: VersionedApi,
+    base_path: str,
+    version_counter: Counter | None,
+    token_auth: Capability | None,
+    rate_limit: Capability | None,
+    policy: Capability | None,
+    operator: Mapping[Slot, Sequence[SlotUse]],
+) -> list[Step]:
+    """The steps for these settings, outermost first (the order in the module docstring)."""
+    middleware = settings.middleware
+    listed: list[Step | None] = [
+        Step("request_id", RequestIdMiddleware),
+        Step("panic_recovery", PanicRecoveryMiddleware),
+        Step("security_headers", partial(SecurityHeadersMiddleware, settings=middleware.security_headers))
+        if middleware.security_headers.enabled
+        else None,
+        Step("cors", partial(CorsMiddleware, settings=middleware.cors)) if cors_enabled(middleware.cors) else None,
+        Step("access_log", partial(AccessLogMiddleware, settings=middleware.access_log))
+        if middleware.access_log.enabled
+        else None,
+        Step("error_rendering", ErrorRenderingMiddleware),
+        Step("path_normalization", PathNormalizationMiddleware),
+        Step("timeout", partial(TimeoutMiddleware, timeout_secs=middleware.timeout_secs)),
+        Step("body_limit", partial(BodyLimitMiddleware, max_body_bytes=middleware.max_body_bytes)),
+        Step("compression", partial(CompressionMiddleware, settings=middleware.compression))
+        if middleware.compression.enabled
+        else None,
+        Step("deprecation", partial(DeprecationMiddleware, api=api, base_path=base_path, counter=version_counter)),
+        Step("route_resolution", partial(RouteResolutionMiddleware, table=routes)),
+        *_slot(Slot.TOKEN_AUTH, token_auth, operator),
+        *_slot(Slot.RATE_LIMIT, rate_limit, operator),
+        *_slot(Slot.POLICY, policy, operator),
+        *_slot(Slot.RESILIENCE, None, operator),
+    ]
+    return [step for step in listed if step is not None]
+
+
+def assemble(steps: Sequence[Step], app: ASGIApp) -> ASGIApp:
+    """Wrap ``app`` (the dispatcher) in ``steps``: the first step ends up outermost."""
+    for step in reversed(steps):
+        app = step.layer(app)
+    return app
+
+
+def grpc_steps(steps: Sequence[Step]) -> list[Step]:
+    """The steps a gRPC call passes, in pipeline order."""
+    return [step for step in steps if step.grpc is not None]

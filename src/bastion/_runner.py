@@ -1,0 +1,138 @@
+"""Running a service: import ``MODULE:ATTR``, build it, serve it with uvicorn on the listener's protocols.
+
+Graceful shutdown (SIGTERM/SIGINT) is uvicorn's: stop accepting, let in-flight requests finish within
+``service.graceful_shutdown_secs``, then exit 0. ``--workers N`` uses uvicorn's supervisor; each worker
+re-reads the app and the config.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from uvicorn.config import Config
+
+from bastion._app import BastionApp
+from bastion._listener import ListenerConfig, ListenerLimits, SniffingProtocol, WebSocketProtocol
+from bastion._service import Service
+from bastion._telemetry import configure_logging
+from bastion.config import Settings, load_settings
+from bastion.errors import ConfigError
+
+ENV_APP, ENV_CONFIG, ENV_APP_DIR = "BASTION_APP", "BASTION_CONFIG", "BASTION_APP_DIR"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, exiting 0 after a graceful shutdown instead of re-raising SIGTERM/SIGINT."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
+
+
+def import_service(reference: str, *, app_dir: str = ".") -> Service:
+    """The :class:`Service` named by ``MODULE:ATTR`` (an attribute, or a zero-argument factory returning one)."""
+    module_name, _, attr = reference.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"app {reference!r} must have the form MODULE:ATTR, e.g. examples.documents_api:service")
+    if app_dir:
+        sys.path.insert(0, os.path.abspath(app_dir))
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise ConfigError(f"cannot import module {module_name!r} (from {os.path.abspath(app_dir)})") from None
+        raise
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ConfigError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(target, Service) and callable(target):
+        target = target()
+    if not isinstance(target, Service):
+        raise ConfigError(f"{reference!r} is a {type(target).__name__}, not a bastion.Service")
+    return target
+
+
+def build(reference: str, settings: Settings, *, app_dir: str = ".") -> BastionApp:
+    """Import the service and build its ASGI app for ``settings``."""
+    return import_service(reference, app_dir=app_dir).build(settings)
+
+
+def _worker_app() -> BastionApp:
+    """uvicorn factory for ``--workers N``: each worker process re-reads the same app and config."""
+    settings = load_settings(os.environ.get(ENV_CONFIG) or None)
+    configure_logging(settings.service.log_level, settings.service.log_format)
+    return build(os.environ[ENV_APP], settings, app_dir=os.environ.get(ENV_APP_DIR, "."))
+
+
+def uvicorn_config(
+    app: Any, settings: Settings, *, host: str, port: int, workers: int = 1, factory: bool = False
+) -> Config:
+    """The uvicorn configuration Bastion serves with: our sniffer, our logging, no proxy-header rewriting."""
+    config = ListenerConfig(
+        app,
+        host=host,
+        port=port,
+        http=SniffingProtocol,
+        ws=WebSocketProtocol,
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        # The rate limiter decides whether forwarded headers are trusted (rate_limit.trust_forwarded_headers);
+        # uvicorn must not rewrite the client address behind its back.
+        proxy_headers=False,
+        timeout_graceful_shutdown=round(settings.service.graceful_shutdown_secs),
+        # uvicorn takes whole seconds; a fraction rounds up rather than to an immediate close.
+        timeout_keep_alive=math.ceil(settings.service.keep_alive_timeout_secs),
+        # No limit_concurrency: SniffingProtocol caps connections at the accept (service.max_connections).
+        # uvicorn's check runs only once a head is parsed, also counts in-flight requests, refuses the Nth
+        # connection rather than the N+1th and answers in plain text.
+        workers=workers,
+        factory=factory,
+        ssl_certfile=settings.service.tls_cert_path,
+        ssl_keyfile=settings.service.tls_key_path,
+    )
+    config.alpn_h2 = settings.grpc.enabled and not settings.grpc.use_separate_port
+    config.limits = ListenerLimits.from_settings(settings.service)
+    return config
+
+
+def serve(
+    reference: str,
+    settings: Settings,
+    *,
+    config_path: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    workers: int | None = None,
+    app_dir: str = ".",
+) -> int:
+    """Run the service until SIGTERM/SIGINT; the return value is the process exit code."""
+    host = host if host is not None else settings.service.host
+    port = port if port is not None else settings.service.port
+    workers = workers or settings.service.workers
+    if workers > 1:
+        os.environ.update({ENV_APP: reference, ENV_APP_DIR: os.path.abspath(app_dir)})
+        if config_path:
+            os.environ[ENV_CONFIG] = os.path.abspath(config_path)
+        build(reference, settings, app_dir=app_dir)  # fail in the parent, before binding, on a bad app
+        config = uvicorn_config(
+            "bastion._runner:_worker_app", settings, host=host, port=port, workers=workers, factory=True
+        )
+        from uvicorn.supervisors import Multiprocess
+
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        return 0
+    app = build(reference, settings, app_dir=app_dir)
+    server = _Server(uvicorn_config(app, settings, host=host, port=port))
+    server.run()
+    return 0 if server.started else 1

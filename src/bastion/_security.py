@@ -1,0 +1,265 @@
+"""What protects a service, built once from the settings, and the posture summary that says so.
+
+:meth:`Security.from_settings` is the one start-up check that ``bastion run`` (through ``Service.build``) and
+``bastion check-config`` share: it refuses a configuration that would serve less protection than it asks
+for (no token key and no explicit ``token.enabled = false``), reads and checks every key, certificate and
+policy file, and compiles the rate-limit rules. :class:`Posture` is the summary both commands print.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from bastion._audit import Auditor
+from bastion._cache_store import CacheStore, cache_store_from_settings
+from bastion.auth._revocation import Revocations
+from bastion.auth._token_auth import TokenAuth
+from bastion.config import ServiceSettings, Settings, read_file
+from bastion.errors import ConfigError
+from bastion.policy._authorizer import PolicyAuthorizer, ResourceExtractor
+from bastion.policy._normalize import Normalizer
+from bastion.ratelimit._buckets import RuleSet
+from bastion.ratelimit._setup import RateLimiting, built_in_rate_limiting
+
+TOKEN_NOT_CONFIGURED = (
+    "token authentication has no key: set token.public_key_path, token.secret, token.key_path or "
+    "token.jwks_url, or token.enabled = false to serve every business route without a token"
+)
+
+log = structlog.get_logger("bastion.security")
+
+
+def check_tls(settings: ServiceSettings) -> None:
+    """Refuse a certificate or key file that cannot be read or does not load (ConfigError naming the keys)."""
+    if settings.tls_cert_path is None or settings.tls_key_path is None:
+        return
+    read_file("service.tls_cert_path", settings.tls_cert_path)
+    read_file("service.tls_key_path", settings.tls_key_path)
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            settings.tls_cert_path, settings.tls_key_path
+        )
+    except (ssl.SSLError, ValueError) as exc:
+        raise ConfigError(
+            f"service.tls_cert_path = {settings.tls_cert_path!r} and service.tls_key_path = "
+            f"{settings.tls_key_path!r} are not a PEM certificate chain and its private key ({exc})"
+        ) from None
+
+
+def not_applied(settings: Settings) -> list[tuple[str, str]]:
+    """``(key, reason)`` for settings of capabilities this release does not have: warned about, never silent."""
+    found: list[tuple[str, str]] = []
+    resilience = settings.middleware.resilience
+    for key in sorted(resilience.model_fields_set):
+        found.append(
+            (
+                f"middleware.resilience.{key}",
+                "the circuit breaker and bulkhead do not exist in this release; the key is not applied",
+            )
+        )
+    if settings.broker is not None and settings.broker.active:
+        found.append(
+            ("broker.url", "there is no broker client in this release: nothing connects and /ready lists no broker")
+        )
+    return found
+
+
+@dataclass(kw_only=True)
+class Security:
+    """The security capabilities one configuration asks for, built and checked (ConfigError at start-up)."""
+
+    settings: Settings
+    cache_store: CacheStore
+    revocations: Revocations
+    auditor: Auditor
+    token_auth: TokenAuth | None
+    policy: PolicyAuthorizer | None
+    rate_limiting: RateLimiting | None
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        realm: str,
+        normalizer: Normalizer | None = None,
+        extractors: Mapping[str, ResourceExtractor] | None = None,
+    ) -> Security:
+        """Build token auth, policy and rate limiting from ``settings``; refuse what would leave the door open.
+
+        Raises ConfigError: no token key and no explicit ``token.enabled = false`` (TOKEN_NOT_CONFIGURED),
+        an unreadable or unfit key or certificate, a policy file that does not parse, a bad route rule.
+        """
+        if settings.token.enabled is None and not settings.token.key_sources:
+            raise ConfigError(TOKEN_NOT_CONFIGURED)
+        check_tls(settings.service)
+        cache_store = cache_store_from_settings(settings.cache_store)
+        revocations = Revocations(cache_store)
+        auditor = Auditor(settings.audit)
+        token_auth = TokenAuth(settings.token, revocations=revocations, realm=realm) if settings.token.active else None
+        policy = (
+            PolicyAuthorizer(
+                settings.policy,
+                auditor=auditor,
+                trust_forwarded=settings.rate_limit.trust_forwarded_headers,
+                normalizer=normalizer,
+                extractors=extractors,
+            )
+            if settings.policy.active
+            else None
+        )
+        rate_limiting = built_in_rate_limiting(settings.rate_limit, cache_store=cache_store, auditor=auditor)
+        if rate_limiting is None:
+            RuleSet.from_settings(settings.rate_limit)  # route patterns are checked whoever wires the limiter
+        return cls(
+            settings=settings,
+            cache_store=cache_store,
+            revocations=revocations,
+            auditor=auditor,
+            token_auth=token_auth,
+            policy=policy,
+            rate_limiting=rate_limiting,
+        )
+
+    def posture(self, *, custom_layers: Mapping[str, int] | None = None, grpc_services: int = 0) -> Posture:
+        """What protects the service with these settings (and the operator's own layers, when known)."""
+        settings = self.settings
+        token, policy, limits = settings.token, settings.policy, settings.rate_limit
+        token_fields: dict[str, Any] = {"enabled": self.token_auth is not None}
+        if self.token_auth is not None:
+            token_fields["format"] = token.format
+            if token.format == "jwt":
+                token_fields["algorithm"] = token.algorithm
+            else:
+                token_fields["paseto"] = f"{token.version}.{token.purpose}"
+            token_fields["key"] = f"token.{token.key_sources[0]}"
+            if token.include_paths:
+                token_fields["protected_paths"] = list(token.include_paths)
+            else:
+                token_fields["public_paths"] = [*token.exclude_paths, *token.public_paths]
+        policy_fields: dict[str, Any] = {"enabled": self.policy is not None}
+        if self.policy is not None:
+            policy_fields.update(
+                file=policy.policy_path,
+                statements=self.policy.policies.statements,
+                fail_open=policy.fail_open,
+                hot_reload=policy.hot_reload,
+            )
+        mode = "off"
+        if self.rate_limiting is not None:
+            mode = "distributed" if limits.distributed else "local"
+        elif limits.enabled and not limits.auto_apply:
+            mode = "operator"
+        limit_fields: dict[str, Any] = {"mode": mode}
+        if self.rate_limiting is not None:
+            limit_fields.update(
+                per_user_rpm=limits.per_user_rpm,
+                per_client_rpm=limits.per_client_rpm,
+                per_ip_rpm=limits.per_ip_rpm,
+                route_rules=len(limits.routes),
+            )
+        revocation = "off"
+        if self.token_auth is not None and self.token_auth.revocations is not None:
+            revocation = "cache_store" if settings.cache_store.url is not None else "memory"
+        grpc = "off"
+        if settings.grpc.enabled:
+            grpc = f"separate_port:{settings.grpc.port}" if settings.grpc.use_separate_port else "same_port"
+        return Posture(
+            token=token_fields,
+            policy=policy_fields,
+            rate_limit=limit_fields,
+            revocation=revocation,
+            grpc=grpc,
+            grpc_services=grpc_services,
+            tls=settings.service.tls_cert_path is not None,
+            custom_layers={slot: count for slot, count in (custom_layers or {}).items() if count},
+            not_applied=not_applied(settings),
+        )
+
+    async def aclose(self) -> None:
+        await self.cache_store.close()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Posture:
+    """A summary of what protects a service: one structured log line at start-up, lines in check-config."""
+
+    token: dict[str, Any]
+    policy: dict[str, Any]
+    rate_limit: dict[str, Any]
+    revocation: str
+    grpc: str
+    grpc_services: int = 0
+    tls: bool = False
+    custom_layers: dict[str, int] = field(default_factory=dict)
+    not_applied: list[tuple[str, str]] = field(default_factory=list)
+
+    def fields(self) -> dict[str, Any]:
+        """The posture as log fields (``security_posture`` event)."""
+        fields: dict[str, Any] = {
+            "token": self.token,
+            "policy": self.policy,
+            "rate_limit": self.rate_limit,
+            "revocation": self.revocation,
+            "grpc": self.grpc,
+            "tls": self.tls,
+        }
+        if self.custom_layers:
+            fields["custom_layers"] = self.custom_layers
+        return fields
+
+    def log(self) -> None:
+        """Log the posture once, and a warning for each setting that is not applied."""
+        log.info("security_posture", **self.fields())
+        for key, reason in self.not_applied:
+            log.warning("config_not_applied", key=key, reason=reason)
+
+    def lines(self) -> list[str]:
+        """The posture for a person: one line per capability."""
+        token = self.token
+        if token["enabled"]:
+            what = token.get("algorithm") or f"PASETO {token['paseto']}"
+            if "protected_paths" in token:
+                paths = f"only {', '.join(token['protected_paths'])} need a token"
+            elif token["public_paths"]:
+                paths = f"every route needs a token except /health, /ready, {', '.join(token['public_paths'])}"
+            else:
+                paths = "every route needs a token except /health and /ready"
+            token_line = f"token: {token['format']} {what}, key from {token['key']}; {paths}"
+        else:
+            token_line = "token: OFF (token.enabled = false): business routes need no token"
+        policy = self.policy
+        if policy["enabled"]:
+            policy_line = (
+                f"policy: {policy['file']}, {policy['statements']} statements, fail_open = "
+                f"{str(policy['fail_open']).lower()}, hot reload {'on' if policy['hot_reload'] else 'off'}"
+            )
+        else:
+            policy_line = "policy: off"
+        limits = self.rate_limit
+        if limits["mode"] in ("local", "distributed"):
+            limit_line = (
+                f"rate limit: {limits['mode']}, {limits['per_user_rpm']}/min per user, {limits['per_client_rpm']}/min "
+                f"per client, {limits['per_ip_rpm']}/min per IP, {limits['route_rules']} route rules"
+            )
+        elif limits["mode"] == "operator":
+            limit_line = "rate limit: wired by the operator (rate_limit.auto_apply = false)"
+        else:
+            limit_line = "rate limit: off"
+        lines = [
+            token_line,
+            policy_line,
+            limit_line,
+            f"revocation: {self.revocation}",
+            f"grpc: {self.grpc.replace('_', ' ')}",
+            f"tls: {'on' if self.tls else 'off'}",
+        ]
+        if self.custom_layers:
+            lines.append("operator layers: " + ", ".join(f"{slot} {n}" for slot, n in self.custom_layers.items()))
+        lines.extend(f"not applied: {key}: {reason}" for key, reason in self.not_applied)
+        return lines

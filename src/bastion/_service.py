@@ -1,0 +1,212 @@
+"""The service builder: versioned API, readiness checks, frontend routes, fallback, gRPC, pipeline slots.
+
+``Service.build(settings)`` freezes what was registered into :class:`~bastion._parts.ServiceParts` and builds a
+:class:`~bastion._app.BastionApp` from it. Registering anything after the first build raises: it would be lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from opentelemetry.metrics import MeterProvider
+from starlette.routing import BaseRoute
+
+from bastion._health import Check, ReadinessCheck
+from bastion._parts import GrpcExtractor, GrpcHook, Hook, Layer, ServiceParts, Slot, SlotUse
+from bastion.config import Settings, load_settings
+from bastion.errors import ConfigError
+from bastion.policy import Normalizer, ResourceExtractor
+from bastion.routing import ApiVersion, VersionedApi
+from bastion.routing._fallback import FallbackHandler, handler_app
+from bastion.types import ASGIApp
+
+if TYPE_CHECKING:
+    from bastion._app import BastionApp
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _before_build(method: Callable[P, R]) -> Callable[P, R]:
+    """Refuse a registration after ``build()``: the built app would never see it."""
+
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        service = args[0]
+        assert isinstance(service, Service)
+        if service._built:
+            raise ConfigError(
+                f"service.{method.__name__}() after service.build(): register everything before building the app"
+            )
+        return method(*args, **kwargs)
+
+    guarded.__name__ = method.__name__
+    guarded.__qualname__ = method.__qualname__
+    guarded.__doc__ = method.__doc__
+    return guarded
+
+
+class Service:
+    """A Bastion service: versioned API, readiness checks, frontend routes, fallback, and pipeline slots.
+
+    ``bastion run module:service`` builds it with the loaded settings. Business routes are registered only
+    through :meth:`version` (or the :class:`VersionedApi` passed in); there is no unversioned route method.
+    """
+
+    def __init__(self, name: str | None = None, *, version: str | None = None, api: VersionedApi | None = None) -> None:
+        self.name = name
+        self.service_version = version
+        self.api = api or VersionedApi()
+        self._checks: list[ReadinessCheck] = []
+        self._frontend: list[BaseRoute] = []
+        self._frontend_fallback: ASGIApp | None = None
+        self._fallback: ASGIApp | None = None
+        self._fallback_is_app = False
+        self._built = False
+        self._slots: dict[Slot, list[SlotUse]] = {slot: [] for slot in Slot}
+        self._startup: list[Hook] = []
+        self._shutdown: list[Hook] = []
+        self._revoke_route: tuple[str, str] | None = None
+        self._reload_route: tuple[str, str] | None = None
+        self._extractors: dict[str, ResourceExtractor] = {}
+        self._normalizer: Normalizer | None = None
+        self._grpc_services: list[Any] = []
+        self._grpc_extractors: dict[str, GrpcExtractor] = {}
+
+    @_before_build
+    def version(self, number: int, **kwargs: Any) -> ApiVersion:
+        """Register API major version ``number`` (see :meth:`VersionedApi.version`)."""
+        return self.api.version(number, **kwargs)
+
+    def deprecate(
+        self, number: int, *, replacement: int, sunset: str | None = None, message: str | None = None
+    ) -> None:
+        """Mark version ``number`` deprecated (see :meth:`VersionedApi.deprecate`)."""
+        self.api.deprecate(number, replacement=replacement, sunset=sunset, message=message)
+
+    @_before_build
+    def add_readiness_check(self, name: str, check: Check, *, optional: bool = False) -> None:
+        """Add a ``/ready`` dependency check; a failing non-optional check makes ``/ready`` answer 503."""
+        if any(existing.name == name for existing in self._checks):
+            raise ConfigError(f"readiness check {name!r} is registered twice")
+        self._checks.append(ReadinessCheck(name=name, check=check, optional=optional))
+
+    @_before_build
+    def frontend(self, routes: Sequence[BaseRoute], *, fallback: FallbackHandler | None = None) -> None:
+        """Unversioned frontend routes (pages, static files), matched after the versioned API."""
+        self._frontend = list(routes)
+        self._frontend_fallback = handler_app(fallback) if fallback is not None else None
+
+    @_before_build
+    def set_fallback(self, handler: FallbackHandler) -> None:
+        """Handle unmatched paths with ``async def handler(request) -> Response``. The last call wins."""
+        self._fallback = handler_app(handler)
+        self._fallback_is_app = False
+
+    @_before_build
+    def set_fallback_app(self, app: ASGIApp) -> None:
+        """Forward unmatched paths to an ASGI app (a proxy or gateway; WebSocket handshakes too). The last call
+        wins."""
+        self._fallback = app
+        self._fallback_is_app = True
+
+    @_before_build
+    def mount_revoke_token_route(self, path: str = "/admin/revoke-token", *, admin_role: str = "admin") -> None:
+        """Serve ``POST {path}`` ``{"jti", "reason", "exp"?}`` to revoke tokens; callers need ``admin_role``.
+
+        Unversioned and protected like every other path (see bastion.auth._routes.revoke_token_route).
+        """
+        self._revoke_route = (path, admin_role)
+
+    @_before_build
+    def mount_policy_reload_route(self, path: str = "/admin/reload-policy", *, admin_role: str = "admin") -> None:
+        """Serve ``POST {path}`` to re-read the policy file; callers need ``admin_role`` (see reload_policies)."""
+        self._reload_route = (path, admin_role)
+
+    @_before_build
+    def resource_extractor(self, route: str) -> Callable[[ResourceExtractor], ResourceExtractor]:
+        """Decorator: add resource attributes for ``route`` (a template such as ``/api/v1/documents/{user_id}/{doc_id}``
+        or an action such as ``GET /api/v1/...``). The function gets ``(scope, path_params)`` and returns a
+        mapping (or an awaitable of one), e.g. ``owner_id`` from a storage lookup."""
+
+        def register(extractor: ResourceExtractor) -> ResourceExtractor:
+            self._extractors[route] = extractor
+            return extractor
+
+        return register
+
+    @_before_build
+    def add_grpc_service(self, servable: Any) -> None:
+        """Serve a grpclib service (an instance of a class generated from a ``.proto`` file) when ``grpc.enabled``."""
+        self._grpc_services.append(servable)
+
+    @_before_build
+    def grpc_resource_extractor(self, method: str) -> Callable[[GrpcExtractor], GrpcExtractor]:
+        """Decorator: resource attributes for gRPC ``method`` (``/pkg.Service/Method``) from its request message.
+
+        The policy check of such a method waits for the first request message (unary and server-streaming
+        calls have exactly one) and runs before the handler sees it."""
+
+        def register(extractor: GrpcExtractor) -> GrpcExtractor:
+            self._grpc_extractors[method] = extractor
+            return extractor
+
+        return register
+
+    @_before_build
+    def set_action_normalizer(self, normalizer: Normalizer) -> None:
+        """Replace the default normalizer that turns unmatched paths into policy actions."""
+        self._normalizer = normalizer
+
+    @_before_build
+    def use(self, slot: Slot, layer: Layer, *, grpc: GrpcHook | None = None) -> None:
+        """Plug ``layer`` (``app -> app``) into ``slot``; several layers in one slot run in the order added.
+
+        A layer sees HTTP requests and WebSocket handshakes. gRPC calls pass through ``grpc`` (``async
+        hook(scope)``, see :data:`GrpcHook`) at the same position; when gRPC serves methods, a token-auth,
+        rate-limit or policy layer without one is refused at build time, so no call skips it silently.
+        """
+        self._slots[slot].append(SlotUse(layer, grpc))
+
+    @_before_build
+    def on_startup(self, hook: Hook) -> Hook:
+        self._startup.append(hook)
+        return hook
+
+    @_before_build
+    def on_shutdown(self, hook: Hook) -> Hook:
+        self._shutdown.append(hook)
+        return hook
+
+    def build(self, settings: Settings | None = None, *, meter_provider: MeterProvider | None = None) -> BastionApp:
+        """The ASGI application for ``settings`` (embedded defaults when ``None``).
+
+        May be called again (with other settings); registering more after the first call raises ConfigError.
+        """
+        from bastion._app import BastionApp
+
+        self._built = True
+        return BastionApp(self.parts(), settings or load_settings(environ={}), meter_provider=meter_provider)
+
+    def parts(self) -> ServiceParts:
+        """A frozen snapshot of everything registered (what the app is built from)."""
+        return ServiceParts(
+            name=self.name,
+            version=self.service_version,
+            api=self.api,
+            checks=tuple(self._checks),
+            frontend=tuple(self._frontend),
+            frontend_fallback=self._frontend_fallback,
+            fallback=self._fallback,
+            fallback_is_app=self._fallback_is_app,
+            slots=MappingProxyType({slot: tuple(uses) for slot, uses in self._slots.items()}),
+            startup=tuple(self._startup),
+            shutdown=tuple(self._shutdown),
+            revoke_route=self._revoke_route,
+            reload_route=self._reload_route,
+            extractors=MappingProxyType(dict(self._extractors)),
+            normalizer=self._normalizer,
+            grpc_services=tuple(self._grpc_services),
+            grpc_extractors=MappingProxyType(dict(self._grpc_extractors)),
+        )

@@ -1,0 +1,50 @@
+"""Typed settings: one TOML file plus ``SERVICE_*`` environment overrides, validated at start-up.
+
+Every key of the spec's configuration tables exists here with the spec's default (where the spec gives none,
+the default is documented in ``docs/configuration.md``).
+"""
+
+from bastion.config._load import PATH_KEYS, load_settings, masked, read_file
+from bastion.config._sections import (
+    AccessLogSettings,
+    AuditSettings,
+    BrokerSettings,
+    CacheStoreSettings,
+    CompressionSettings,
+    CorsSettings,
+    GrpcSettings,
+    MetricsSettings,
+    MiddlewareSettings,
+    PolicySettings,
+    RateLimitSettings,
+    ResilienceSettings,
+    RouteRule,
+    SecurityHeadersSettings,
+    ServiceSettings,
+    Settings,
+    TokenSettings,
+)
+
+__all__ = [
+    "PATH_KEYS",
+    "AccessLogSettings",
+    "AuditSettings",
+    "BrokerSettings",
+    "CacheStoreSettings",
+    "CompressionSettings",
+    "CorsSettings",
+    "GrpcSettings",
+    "MetricsSettings",
+    "MiddlewareSettings",
+    "PolicySettings",
+    "RateLimitSettings",
+    "ResilienceSettings",
+    "RouteRule",
+    "SecurityHeadersSettings",
+    "ServiceSettings",
+    "Settings",
+    "TokenSettings",
+    "load_settings",
+    "masked",
+    "read_file",
+]

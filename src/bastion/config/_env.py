@@ -1,0 +1,105 @@
+"""``SERVICE_*`` environment overrides: which key a variable names, and the value its string stands for."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import structlog
+from pydantic import (
+    BaseModel,
+)
+
+from bastion.config._sections import RouteRule, ServiceSettings, Settings, TokenSettings, _Section
+from bastion.errors import ConfigError
+
+ENV_PREFIX = "SERVICE_"
+
+log = structlog.get_logger("bastion.config")
+
+
+def _sections(model: type[BaseModel], path: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], type[BaseModel]]]:
+    yield path, model
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        candidates = getattr(annotation, "__args__", (annotation,))
+        for candidate in candidates:
+            if isinstance(candidate, type) and issubclass(candidate, _Section) and candidate is not RouteRule:
+                yield from _sections(candidate, (*path, name))
+
+
+# Env names are matched against section names longest first, so keys containing "_" work:
+# SERVICE_RATE_LIMIT_PER_USER_RPM -> rate_limit.per_user_rpm, SERVICE_MIDDLEWARE_CORS_MAX_AGE ->
+# middleware.cors.max_age. The [service] section's own keys have no section part: SERVICE_PORT.
+_SECTION_MODELS: list[tuple[tuple[str, ...], type[BaseModel]]] = [*_sections(Settings), (("jwt",), TokenSettings)]
+_ENV_SECTIONS: list[tuple[str, tuple[str, ...], type[BaseModel]]] = sorted(
+    (("_".join(path), path, model) for path, model in _SECTION_MODELS if path),
+    key=lambda item: len(item[0]),
+    reverse=True,
+)
+
+
+_ENV_TRUE, _ENV_FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
+
+
+def _base_types(annotation: object) -> set[object]:
+    """The plain types an annotation admits: ``Annotated[bool, ...] | None`` -> ``{bool, NoneType}``."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _base_types(get_args(annotation)[0])
+    if origin is UnionType or origin is Union:
+        return {kind for arg in get_args(annotation) for kind in _base_types(arg)}
+    return {annotation}
+
+
+def _env_value(model: type[BaseModel], key: str, raw: str) -> object:
+    """The value an environment string stands for, by the key's type: list, bool (true/false/1/0) or as is."""
+    annotation = model.model_fields[key].annotation
+    kinds = _base_types(annotation)
+    if getattr(annotation, "__origin__", None) is list:
+        stripped = raw.strip()
+        if stripped.startswith("["):
+            return json.loads(stripped)
+        return [item.strip() for item in stripped.split(",") if item.strip()]
+    if bool in kinds:
+        lowered = raw.strip().lower()
+        if lowered in _ENV_TRUE:
+            return True
+        if lowered in _ENV_FALSE:
+            return False
+    return raw
+
+
+def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    """Nested overrides from ``SERVICE_*`` variables and, for error messages, which variable set what."""
+    overrides: dict[str, Any] = {}
+    sources: dict[tuple[str, ...], str] = {}
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        target: tuple[tuple[str, ...], str, type[BaseModel]] | None = None
+        for joined, path, model in _ENV_SECTIONS:
+            if rest.startswith(joined + "_") and rest[len(joined) + 1 :] in model.model_fields:
+                target = (path, rest[len(joined) + 1 :], model)
+                break
+        if target is None and rest in ServiceSettings.model_fields:
+            target = (("service",), rest, ServiceSettings)
+        if target is None:
+            log.warning("unknown_environment_variable", variable=name)
+            continue
+        path, key, model = target
+        if path == ("jwt",):
+            path = ("token",)
+        try:
+            value = _env_value(model, key, raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{name}={raw!r}: expected a JSON array or a comma-separated list ({exc.msg})") from None
+        node = overrides
+        for part in path:
+            node = node.setdefault(part, {})
+        node[key] = value
+        sources[(*path, key)] = name
+    return overrides, sources

@@ -1,0 +1,460 @@
+"""The settings sections: one frozen pydantic model per TOML table, with the spec's keys and defaults.
+
+Pure data and validation of single values; reading files and the environment is ``_load`` and ``_env``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
+import structlog
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    Strict,
+    field_validator,
+    model_validator,
+)
+
+log = structlog.get_logger("bastion.config")
+
+DEFAULT_PORT = 8080
+DEFAULT_BASE_PATH = "/api"
+DEFAULT_CACHE_TTL_SECS = 300
+
+log = structlog.get_logger("bastion.config")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def _parse_duration(value: object) -> object:
+    """Seconds from a number or a string such as ``"5s"``, ``"250ms"``, ``"1m"``."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match is None:
+            raise ValueError("expected a duration such as 5, '5s', '250ms' or '1m'")
+        return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(_parse_duration), Field(ge=0)]
+PositiveDuration = Annotated[float, BeforeValidator(_parse_duration), Field(gt=0)]
+# TOML has real booleans: ``enabled = "yes"`` is a mistake to report, not a value to guess at. Environment
+# values (always strings) are converted by _env_value, which accepts only true/false/1/0.
+Bool = Annotated[bool, Strict()]
+Port = Annotated[int, Field(ge=0, le=65535)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _check_path_prefix(value: str) -> str:
+    if not value.startswith("/") or "//" in value or any(c.isspace() for c in value):
+        raise ValueError("expected an absolute URL path such as '/api'")
+    return value.rstrip("/") if value != "/" else ""
+
+
+class ServiceSettings(_Section):
+    """``[service]``: identity, listener and logging."""
+
+    name: str | None = None
+    version: str | None = None
+    host: str = "0.0.0.0"
+    port: Port = DEFAULT_PORT
+    base_path: str = DEFAULT_BASE_PATH
+    workers: PositiveInt = 1
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"
+    graceful_shutdown_secs: Duration = 30.0
+    ready_timeout_secs: Duration = 2.0
+    tls_cert_path: str | None = None
+    tls_key_path: str | None = None
+    # Listener limits (docs/configuration.md "[service]"): what one connection may make the process hold.
+    max_header_bytes: Annotated[int, Field(ge=1024, le=1_048_576)] = 65_536
+    max_headers: Annotated[int, Field(ge=8, le=10_000)] = 100
+    header_read_timeout_secs: PositiveDuration = 10.0
+    keep_alive_timeout_secs: PositiveDuration = 5.0
+    max_connections: Annotated[int, Field(ge=1)] = 1024
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServiceSettings:
+        if (self.tls_cert_path is None) != (self.tls_key_path is None):
+            raise ValueError("service.tls_cert_path and service.tls_key_path must be set together")
+        return self
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("base_path")
+    @classmethod
+    def _base_path(cls, value: str) -> str:
+        return _check_path_prefix(value)
+
+
+Algorithm = Literal["RS256", "RS384", "RS512", "ES256", "ES384", "HS256", "HS384", "HS512"]
+
+
+JWT_KEY_SOURCES = ("public_key_path", "secret", "jwks_path", "jwks_url")
+PASETO_KEYS = ("key_path", "version", "purpose")
+
+
+class TokenSettings(_Section):
+    """``[token]`` (alias ``[jwt]``): bearer-token validation.
+
+    On when the section names a key source (``public_key_path``, ``secret``, ``jwks_path``, ``jwks_url``,
+    ``key_path``) or says ``enabled = true``; off only with an explicit ``enabled = false``. Neither is a
+    start-up refusal (see :func:`bastion.startup.check_token_decision`), never an open service.
+    """
+
+    enabled: Bool | None = None
+    format: Literal["jwt", "paseto"] = "jwt"
+    algorithm: Algorithm = "RS256"
+    secret: SecretStr | None = None
+    public_key_path: str | None = None
+    jwks_path: str | None = None
+    jwks_url: str | None = None
+    jwks_refresh_secs: Duration = 300.0
+    version: Literal["v4"] = "v4"
+    purpose: Literal["local", "public"] = "public"
+    key_path: str | None = None
+    revocation_enabled: Bool = False
+    leeway_seconds: Annotated[int, Field(ge=0, le=3600)] = 60
+    required_audience: str | None = None
+    required_issuer: str | None = None
+    exclude_paths: list[str] = Field(default_factory=list)
+    include_paths: list[str] = Field(default_factory=list)
+    public_paths: list[str] = Field(default_factory=list)
+    max_token_bytes: Annotated[int, Field(ge=256, le=65536)] = 8192
+    verified_cache_size: Annotated[int, Field(ge=0)] = 10_000
+
+    @property
+    def key_sources(self) -> list[str]:
+        """The key-source keys that are set (``public_key_path``, ``secret``, ``jwks_*``, ``key_path``)."""
+        return [name for name in (*JWT_KEY_SOURCES, "key_path") if getattr(self, name) is not None]
+
+    @property
+    def active(self) -> bool:
+        """Whether token authentication runs: ``enabled = true``, or a key source and no ``enabled = false``."""
+        return self.enabled is True or (self.enabled is None and bool(self.key_sources))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TokenSettings:
+        if self.include_paths and self.exclude_paths:
+            raise ValueError(
+                "token.include_paths and token.exclude_paths are both set; use one: include_paths "
+                "protects only the listed paths, exclude_paths makes the listed paths public"
+            )
+        if self.enabled is False:
+            return self
+        if self.format == "jwt":
+            self._check_jwt_sources()
+        else:
+            self._check_paseto_sources()
+        return self
+
+    def _check_jwt_sources(self) -> None:
+        paseto = [f"token.{name}" for name in PASETO_KEYS if name in self.model_fields_set]
+        if paseto:
+            raise ValueError(f"{', '.join(paseto)} set but token.format is 'jwt'; set token.format = 'paseto'")
+        sources = [name for name in JWT_KEY_SOURCES if getattr(self, name) is not None]
+        if len(sources) > 1:
+            raise ValueError(
+                f"token.{' and token.'.join(sources)} are both set; a {self.algorithm} key comes from one of "
+                "token.public_key_path, token.secret, token.jwks_path, token.jwks_url"
+            )
+        if self.enabled and not sources:
+            raise ValueError(
+                "token.enabled is true but no key is set: set token.public_key_path, token.secret, "
+                "token.jwks_path or token.jwks_url"
+            )
+        if self.secret is not None and not self.algorithm.startswith("HS"):
+            raise ValueError(
+                f"token.secret is for HS256/HS384/HS512; token.algorithm = {self.algorithm!r} needs "
+                "token.public_key_path, token.jwks_path or token.jwks_url"
+            )
+        if self.public_key_path is not None and self.algorithm.startswith("HS"):
+            raise ValueError(
+                f"token.public_key_path is for RS*/ES* keys; token.algorithm = {self.algorithm!r} needs token.secret"
+            )
+
+    def _check_paseto_sources(self) -> None:
+        jwt_keys = [f"token.{name}" for name in (*JWT_KEY_SOURCES, "algorithm") if name in self.model_fields_set]
+        if jwt_keys:
+            raise ValueError(f"{', '.join(jwt_keys)} set but token.format is 'paseto', which reads token.key_path")
+        if self.key_path is None:
+            raise ValueError("token.format = 'paseto' needs token.key_path")
+
+
+class PolicySettings(_Section):
+    """``[policy]``: Cedar policy authorization, on when ``policy_path`` is set unless ``enabled = false``."""
+
+    enabled: Bool | None = None
+    policy_path: str | None = Field(default=None, validation_alias=AliasChoices("policy_path", "policies_path"))
+    hot_reload: Bool = False
+    hot_reload_interval_secs: Annotated[float, Field(gt=0)] = 5.0
+    cache_enabled: Bool = True
+    cache_ttl_secs: Annotated[int, Field(ge=0)] = DEFAULT_CACHE_TTL_SECS
+    cache_size: Annotated[int, Field(ge=0)] = 10_000
+    fail_open: Bool = False
+
+    @property
+    def active(self) -> bool:
+        """Whether policies decide requests: a ``policy_path`` (or ``enabled = true``) and no ``enabled = false``."""
+        return self.enabled is True or (self.enabled is None and self.policy_path is not None)
+
+    @model_validator(mode="after")
+    def _path_when_enabled(self) -> PolicySettings:
+        if self.enabled and not self.policy_path:
+            raise ValueError("policy.enabled is true but policy.policy_path is not set")
+        return self
+
+
+class CacheStoreSettings(_Section):
+    """``[cache_store]``: Redis/Valkey URL; in-process memory when unset."""
+
+    url: SecretStr | None = None
+    max_connections: PositiveInt = 10
+    timeout_secs: Annotated[float, Field(gt=0)] = 1.0
+
+
+class RouteRule(_Section):
+    """One ``[rate_limit.routes."<pattern>"]`` entry: one rate (per second, minute or hour) and a burst."""
+
+    requests_per_second: PositiveInt | None = None
+    requests_per_minute: PositiveInt | None = None
+    requests_per_hour: PositiveInt | None = None
+    burst_size: PositiveInt | None = None
+    per_user: Bool = True
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> RouteRule:
+        rates = [self.requests_per_second, self.requests_per_minute, self.requests_per_hour]
+        if sum(rate is not None for rate in rates) != 1:
+            raise ValueError("set exactly one of requests_per_second, requests_per_minute, requests_per_hour")
+        return self
+
+
+class RateLimitSettings(_Section):
+    """``[rate_limit]``: per user, client and IP buckets with per-route rules."""
+
+    enabled: Bool = True
+    per_user_rpm: PositiveInt = 600
+    per_client_rpm: PositiveInt = 1200
+    per_ip_rpm: PositiveInt = 300
+    window_secs: PositiveInt = 60
+    burst_size: PositiveInt | None = None
+    auto_apply: Bool = True
+    distributed: Bool = False
+    trust_forwarded_headers: Bool = False
+    routes: dict[str, RouteRule] = Field(default_factory=dict)
+
+
+def _clamp_unit(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and not 0.0 <= value <= 1.0:
+        clamped = min(1.0, max(0.0, float(value)))
+        log.warning("config_value_clamped", key="middleware.resilience.circuit_breaker_threshold", value=value)
+        return clamped
+    return value
+
+
+REMOVED_RESILIENCE_PREFIX = "retry_"
+
+
+class ResilienceSettings(_Section):
+    """``[middleware.resilience]``: read by the operator, who builds the layers (not auto-applied).
+
+    The former ``retry_*`` keys were removed from the spec and "do nothing": they are accepted, ignored
+    and warned about once per load (``config_key_ignored``); any other unknown key is an error.
+    """
+
+    circuit_breaker_enabled: Bool = False
+    circuit_breaker_threshold: Annotated[float, BeforeValidator(_clamp_unit)] = 0.5
+    circuit_breaker_min_requests: PositiveInt = 10
+    circuit_breaker_wait_secs: Annotated[int, Field(ge=0)] = 30
+    bulkhead_enabled: Bool = False
+    bulkhead_max_concurrent: PositiveInt = 100
+    bulkhead_max_wait: Duration = 5.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_removed_retry_keys(cls, data: object) -> object:
+        if not isinstance(data, Mapping):
+            return data
+        removed = sorted(key for key in data if isinstance(key, str) and key.startswith(REMOVED_RESILIENCE_PREFIX))
+        for key in removed:
+            log.warning(
+                "config_key_ignored",
+                key=f"middleware.resilience.{key}",
+                reason="retry is not a server-side layer; the retry_* keys were removed and do nothing",
+            )
+        return {key: value for key, value in data.items() if key not in removed}
+
+
+class CorsSettings(_Section):
+    """``[middleware.cors]``: off until ``allow_origins`` lists an origin."""
+
+    allow_origins: list[str] = Field(default_factory=list)
+    allow_origin_regex: str | None = None
+    allow_methods: list[str] = Field(default_factory=lambda: ["GET", "POST", "PUT", "PATCH", "DELETE"])
+    allow_headers: list[str] = Field(default_factory=lambda: ["authorization", "content-type", "x-request-id"])
+    allow_credentials: Bool = False
+    expose_headers: list[str] = Field(
+        default_factory=lambda: [
+            "x-request-id",
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "retry-after",
+            "deprecation",
+            "sunset",
+            "link",
+            "warning",
+        ]
+    )
+    max_age: Annotated[int, Field(ge=0)] = 600
+
+    @field_validator("allow_origin_regex")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
+class SecurityHeadersSettings(_Section):
+    """``[middleware.security_headers]``: set on every response unless the handler set them."""
+
+    enabled: Bool = True
+    content_type_options: str = "nosniff"
+    frame_options: str = "DENY"
+    referrer_policy: str = "no-referrer"
+    hsts_max_age: Annotated[int, Field(ge=0)] = 31_536_000
+    hsts_include_subdomains: Bool = True
+    content_security_policy: str | None = None
+
+
+class AccessLogSettings(_Section):
+    """``[middleware.access_log]``: one structured line per request."""
+
+    enabled: Bool = True
+    include_headers: Bool = False
+    sensitive_headers: list[str] = Field(
+        default_factory=lambda: [
+            "authorization",
+            "proxy-authorization",
+            "cookie",
+            "set-cookie",
+            "x-api-key",
+            "x-auth-token",
+            "x-csrf-token",
+        ]
+    )
+
+
+class CompressionSettings(_Section):
+    """``[middleware.compression]``: gzip above a size threshold."""
+
+    enabled: Bool = True
+    minimum_size: Annotated[int, Field(ge=0)] = 1024
+    level: Annotated[int, Field(ge=1, le=9)] = 6
+
+
+class MiddlewareSettings(_Section):
+    """``[middleware]``: request limits plus the sub-sections of the stack."""
+
+    timeout_secs: Annotated[float, Field(gt=0)] = 30.0
+    max_body_bytes: PositiveInt = 1_048_576
+    resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
+    cors: CorsSettings = Field(default_factory=CorsSettings)
+    security_headers: SecurityHeadersSettings = Field(default_factory=SecurityHeadersSettings)
+    access_log: AccessLogSettings = Field(default_factory=AccessLogSettings)
+    compression: CompressionSettings = Field(default_factory=CompressionSettings)
+
+
+class BrokerSettings(_Section):
+    """``[broker]``: NATS JetStream; on when ``url`` is set (or ``SERVICE_BROKER_URL``) unless ``enabled = false``."""
+
+    enabled: Bool | None = None
+    url: SecretStr | None = None
+    name: str | None = None
+    max_reconnects: Annotated[int, Field(ge=-1)] = 60
+    max_retries: Annotated[int, Field(ge=0)] = 3
+    retry_delay_secs: Annotated[int, Field(ge=0)] = 1
+    optional: Bool = False
+    lazy_init: Bool = True
+
+    @property
+    def active(self) -> bool:
+        return self.enabled is not False and self.url is not None
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return value
+        for part in value.get_secret_value().split(","):
+            if not re.match(r"^(nats|tls|ws|wss)://[^\s/]+$", part.strip()):
+                raise ValueError("expected nats://host:port (comma-separated for a cluster, tls:// for TLS)")
+        return value
+
+    @model_validator(mode="after")
+    def _url_when_enabled(self) -> BrokerSettings:
+        if self.enabled and self.url is None:
+            raise ValueError("broker.enabled is true but broker.url is not set")
+        return self
+
+
+class AuditSettings(_Section):
+    """``[audit]``: audit events to the log (and the broker, when one is configured)."""
+
+    enabled: Bool = True
+    audit_auth_events: Bool = True
+
+
+class MetricsSettings(_Section):
+    """``[metrics]``: OpenTelemetry metrics."""
+
+    enabled: Bool = True
+
+
+class GrpcSettings(_Section):
+    """``[grpc]``: gRPC on the main port (protocol detection) or a separate one."""
+
+    enabled: Bool = False
+    use_separate_port: Bool = False
+    port: Port = 9090
+    max_message_size: PositiveInt = 4 * 1024 * 1024
+
+
+class Settings(_Section):
+    """The whole configuration, one frozen object."""
+
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
+    token: TokenSettings = Field(default_factory=TokenSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    cache_store: CacheStoreSettings = Field(default_factory=CacheStoreSettings)
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    middleware: MiddlewareSettings = Field(default_factory=MiddlewareSettings)
+    broker: BrokerSettings | None = None
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    grpc: GrpcSettings = Field(default_factory=GrpcSettings)

@@ -1,0 +1,192 @@
+"""Per-call guards for gRPC: request id, the pipeline's security and resilience steps, message size, draining.
+
+The checks a call passes, and their order, come from the pipeline (``bastion._pipeline.grpc_steps``): the
+same source the HTTP stack is built from, never a second hand-written order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import struct
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import structlog
+from grpclib.const import Status
+from grpclib.events import RecvRequest, SendInitialMetadata, SendTrailingMetadata
+from grpclib.exceptions import GRPCError
+
+from bastion._client_ip import parse_ip
+from bastion._parts import GrpcExtractor, Slot
+from bastion._pipeline import Step
+from bastion.errors import BastionError, TokenError
+from bastion.middleware._request_id import new_request_id, sane_request_id
+from bastion.types import SCOPE_GRPC_RESOURCE, SCOPE_REQUEST_ID, Scope
+
+EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.")
+# The steps from the policy on wait for the request message when the method has a resource extractor.
+_DEFERRABLE = frozenset({Slot.POLICY, Slot.RESILIENCE})
+
+request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("bastion_grpc_request_id", default=None)
+trailers_var: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
+    "bastion_grpc_trailers", default=()
+)
+log = structlog.get_logger("bastion.grpc")
+
+
+def grpc_status(error: BastionError) -> Status:
+    """The gRPC status of a Bastion error: its ``grpc_status`` name in grpclib's ``Status`` (INTERNAL if unknown)."""
+    return Status.__members__.get(error.grpc_status, Status.INTERNAL)
+
+
+def grpc_error(error: BastionError) -> GRPCError:
+    """The gRPC form of a Bastion error: its status and message (never a token or a traceback).
+
+    A token error keeps its code in the message (``TOKEN_EXPIRED: Token has expired``), as the HTTP body does.
+    """
+    message = f"{error.code}: {error.detail}" if isinstance(error, TokenError) else error.detail
+    return GRPCError(grpc_status(error), message)
+
+
+def _rejected(error: BastionError) -> GRPCError:
+    """``error`` as a GRPCError; its headers (retry-after, x-ratelimit-*) travel in the trailing metadata."""
+    if error.headers:
+        trailers_var.set(tuple((name.lower(), value) for name, value in error.headers))
+    return grpc_error(error)
+
+
+class GrpcGuard:
+    """Listens on grpclib's server events and runs the pipeline's gRPC steps for each call.
+
+    Per call: draining check, request id, then ``steps`` in order (token auth -> UNAUTHENTICATED, rate limit
+    -> RESOURCE_EXHAUSTED with retry trailers, policy -> PERMISSION_DENIED, the operator's hooks). Health and
+    reflection are exempt. For a method with a resource extractor the steps from the policy on run once the
+    first request message is read (unary and server-streaming calls have exactly one), before the handler
+    sees it. A Bastion error raised by a handler becomes its gRPC status (``NotFound`` -> NOT_FOUND).
+    """
+
+    def __init__(
+        self,
+        *,
+        steps: Sequence[Step],
+        max_message_size: int,
+        extractors: Mapping[str, GrpcExtractor] | None = None,
+    ) -> None:
+        self.steps = [step for step in steps if step.grpc is not None]
+        deferrable = [index for index, step in enumerate(self.steps) if step.slot in _DEFERRABLE]
+        self.defer_from = deferrable[0] if deferrable else len(self.steps)
+        self.max_message_size = max_message_size
+        self.extractors = dict(extractors or {})
+        self.draining = False
+        self.active = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    async def on_request(self, event: RecvRequest) -> None:
+        method = event.method_name
+        if self.draining:
+            raise GRPCError(Status.UNAVAILABLE, "Server is shutting down")
+        incoming = [str(value) for value in event.metadata.getall("x-request-id", [])] if event.metadata else []
+        request_id = (sane_request_id(incoming[0].encode("latin-1", "replace")) if incoming else None) or (
+            new_request_id()
+        )
+        request_id_var.set(request_id)
+        structlog.contextvars.bind_contextvars(request_id=request_id, grpc_method=method)
+        peer = event.peer.addr()
+        peer_ip = parse_ip(str(peer[0])) if peer else None
+        headers = [(b"user-agent", (event.user_agent or "").encode("latin-1", "replace"))]
+        if event.metadata is not None:
+            headers.extend(
+                (str(name).lower().encode("latin-1", "replace"), str(value).encode("latin-1", "replace"))
+                for name, value in event.metadata.items()
+                if isinstance(value, str)
+            )
+        scope: Scope = {
+            "type": "grpc",
+            "method": "POST",  # gRPC is HTTP/2 POST: route rules such as "POST /pkg.Service/*" apply
+            "path": method,
+            "headers": headers,
+            "client": (peer_ip or "unknown", peer[1] if peer else 0),
+            SCOPE_REQUEST_ID: request_id,
+        }
+        if method.startswith(EXEMPT_PREFIXES):
+            event.method_func = self._wrap(event.method_func, scope, method, deferred=())
+            return
+        deferred = self.steps[self.defer_from :] if method in self.extractors else ()
+        await self._run(self.steps[: len(self.steps) - len(deferred)], scope)
+        event.method_func = self._wrap(event.method_func, scope, method, deferred=deferred)
+
+    @staticmethod
+    async def _run(steps: Sequence[Step], scope: Scope) -> None:
+        for step in steps:
+            assert step.grpc is not None
+            try:
+                await step.grpc(scope)
+            except BastionError as exc:
+                raise _rejected(exc) from None
+
+    def _wrap(self, method_func: Any, scope: Scope, method: str, *, deferred: Sequence[Step]) -> Any:
+        guard = self
+
+        async def guarded(stream: Any) -> None:
+            stream.recv_message = guard._bounded_recv(stream)
+            if deferred:
+                first = await stream.recv_message()
+                scope[SCOPE_GRPC_RESOURCE] = dict(guard.extractors[method](first)) if first is not None else {}
+                await guard._run(deferred, scope)
+                replay = [first]
+                original = stream.recv_message
+
+                async def recv_message() -> Any:
+                    return replay.pop() if replay else await original()
+
+                stream.recv_message = recv_message
+            guard.active += 1
+            guard.idle.clear()
+            try:
+                await method_func(stream)
+            except BastionError as exc:
+                raise grpc_error(exc) from None
+            finally:
+                guard.active -= 1
+                if not guard.active:
+                    guard.idle.set()
+
+        return guarded
+
+    def _bounded_recv(self, stream: Any) -> Callable[[], Awaitable[Any]]:
+        """grpclib's recv_message with a size check on the 5-byte prefix, before the message is read."""
+        limit = self.max_message_size
+
+        async def recv_message() -> Any:
+            meta = await stream._stream.recv_data(5)
+            if not meta:
+                return None
+            if meta[:1] != b"\x00":
+                raise GRPCError(Status.UNIMPLEMENTED, "Compressed messages are not supported")
+            (length,) = struct.unpack(">I", meta[1:])
+            if length > limit:
+                raise GRPCError(Status.RESOURCE_EXHAUSTED, f"Message of {length} bytes exceeds the limit of {limit}")
+            data = await stream._stream.recv_data(length)
+            message = stream._codec.decode(data, stream._recv_type)
+            (message,) = await stream._dispatch.recv_message(message)
+            stream._messages_received += 1
+            stream._stream.connection.messages_received += 1
+            stream._stream.connection.last_message_received = time.monotonic()
+            return message
+
+        return recv_message
+
+    async def on_initial_metadata(self, event: SendInitialMetadata) -> None:
+        request_id = request_id_var.get()
+        if request_id is not None:
+            event.metadata["x-request-id"] = request_id
+
+    async def on_trailing_metadata(self, event: SendTrailingMetadata) -> None:
+        request_id = request_id_var.get()
+        if request_id is not None and "x-request-id" not in event.metadata:
+            event.metadata["x-request-id"] = request_id
+        for name, value in trailers_var.get():
+            event.metadata[name] = value

@@ -1,0 +1,66 @@
+"""The gRPC server: grpclib services plus health and reflection, on the main port or a separate one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import structlog
+from grpclib.events import RecvRequest, SendInitialMetadata, SendTrailingMetadata, listen
+from grpclib.health.check import ServiceCheck
+from grpclib.health.service import OVERALL, Health
+from grpclib.reflection.service import ServerReflection
+from grpclib.server import Server
+
+from bastion.grpc._interceptors import GrpcGuard
+
+READINESS_TTL_SECS = 1.0
+log = structlog.get_logger("bastion.grpc")
+
+
+class GrpcServer:
+    """User services (grpclib ``IServable``) with ``grpc.health.v1.Health`` and server reflection.
+
+    Created inside the running event loop (grpclib binds to it). ``protocol_factory`` is what the listener's
+    sniffer hands HTTP/2 connections to; ``start(host, port)`` serves on a separate port instead. Health
+    reports NOT_SERVING while ``/ready`` would answer 503 (``ready`` is the same readiness function).
+    """
+
+    def __init__(self, services: Sequence[Any], *, guard: GrpcGuard, ready: Callable[[], Awaitable[bool]]) -> None:
+        self.guard = guard
+        check = ServiceCheck(ready, check_ttl=READINESS_TTL_SECS, check_timeout=READINESS_TTL_SECS * 5)
+        health = Health({OVERALL: [check], **{service: [check] for service in services}})
+        self.server = Server(ServerReflection.extend([*services, health]))
+        listen(self.server, RecvRequest, guard.on_request)
+        listen(self.server, SendInitialMetadata, guard.on_initial_metadata)
+        listen(self.server, SendTrailingMetadata, guard.on_trailing_metadata)
+        self._listener: asyncio.Server | None = None
+
+    def protocol_factory(self) -> asyncio.Protocol:
+        """A grpclib HTTP/2 protocol for one sniffed connection (tracked for draining)."""
+        return self.server._protocol_factory()
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on a port of its own (HTTP/2 only, checked like the main port's sniffer does)."""
+        from bastion._listener import Http2OnlyProtocol
+
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(lambda: Http2OnlyProtocol(self.protocol_factory), host, port)
+        log.info("grpc_listening", host=host, port=port)
+
+    async def drain(self, grace_secs: float) -> None:
+        """Refuse new calls, let running calls finish within ``grace_secs``, then cancel what is left."""
+        self.guard.draining = True
+        if self._listener is not None:
+            self._listener.close()
+        try:
+            async with asyncio.timeout(grace_secs):
+                await self.guard.idle.wait()
+        except TimeoutError:
+            log.warning("grpc_calls_cancelled_at_shutdown", active=self.guard.active)
+        for handler in list(self.server._handlers):
+            handler.close()
+        await asyncio.gather(*(handler.wait_closed() for handler in list(self.server._handlers)))
+        if self._listener is not None:
+            await self._listener.wait_closed()

@@ -1,0 +1,220 @@
+"""Turning exceptions into the one JSON error shape: error rendering (inner) and panic recovery (outer)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from http import HTTPStatus
+
+import structlog
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException, WebSocketException
+from starlette.requests import ClientDisconnect
+from starlette.websockets import WebSocketDisconnect
+
+from bastion._responses import send_response
+from bastion.errors import (
+    BadRequest,
+    BastionError,
+    GatewayTimeout,
+    MalformedBody,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    PolicyDenied,
+    TokenError,
+    Unavailable,
+    UnsupportedMediaType,
+    ValidationFailed,
+    render,
+)
+from bastion.types import SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
+
+log = structlog.get_logger("bastion.errors")
+
+_STARTED = frozenset({"http.response.start", "websocket.accept", "websocket.http.response.start", "websocket.close"})
+_DENIAL_EXTENSION = "websocket.http.response"
+# RFC 6455 7.4.1: 1011 = the server hit an unexpected condition.
+WS_INTERNAL_ERROR = 1011
+
+
+_CODE_FOR_STATUS: Mapping[int, type[BastionError]] = {
+    cls.status: cls
+    for cls in (
+        BadRequest,
+        TokenError,
+        PolicyDenied,
+        NotFound,
+        MethodNotAllowed,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        ValidationFailed,
+        Unavailable,
+        GatewayTimeout,
+    )
+}
+
+_MAX_VALIDATION_ITEMS = 5
+
+
+def from_http_exception(exc: HTTPException) -> BastionError:
+    """Translate a Starlette/FastAPI ``HTTPException`` raised by a handler into the error tree."""
+    cls = _CODE_FOR_STATUS.get(exc.status_code)
+    detail = exc.detail if isinstance(exc.detail, str) else None
+    headers = list((exc.headers or {}).items())
+    if cls is not None:
+        return cls(detail, headers=headers) if cls is not Unavailable else Unavailable(detail)
+    # An HTTPException with a status we do not model keeps its own status and a derived code.
+    phrase = _phrase(exc.status_code)
+    code = phrase.upper().replace(" ", "_").replace("-", "_").replace("'", "")
+    unmodeled: type[BastionError] = type("HTTPError", (BastionError,), {"status": exc.status_code, "code": code})
+    return unmodeled(detail or phrase, headers=headers)
+
+
+def from_validation_error(exc: RequestValidationError) -> BastionError:
+    """Translate FastAPI's request validation error: malformed JSON is 400, the rest 422."""
+    errors = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return MalformedBody()
+    parts = []
+    for item in errors[:_MAX_VALIDATION_ITEMS]:
+        loc = ".".join(str(p) for p in item.get("loc", ()))
+        parts.append(f"{loc}: {item.get('msg', 'invalid')}")
+    if len(errors) > _MAX_VALIDATION_ITEMS:
+        parts.append(f"and {len(errors) - _MAX_VALIDATION_ITEMS} more")
+    return ValidationFailed("Request validation failed: " + "; ".join(parts))
+
+
+def as_bastion_error(exc: BaseException) -> BastionError | None:
+    """The error-tree form of ``exc``, or ``None`` when it is an unexpected exception (a 500)."""
+    if isinstance(exc, BastionError):
+        return exc
+    if isinstance(exc, RequestValidationError):
+        return from_validation_error(exc)
+    if isinstance(exc, HTTPException):
+        return from_http_exception(exc)
+    return None
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+async def send_error(send: Send, error: BastionError, scope: Scope) -> None:
+    """Send ``error`` as a complete JSON response, with the headers the request asked every response to carry.
+
+    A WebSocket handshake gets the same HTTP response instead of ``101`` (ASGI's ``websocket.http.response``
+    extension; a server without it refuses the handshake with its own 403).
+    """
+    status, headers, body = render(error, scope.get(SCOPE_RESPONSE_HEADERS, ()))
+    websocket = scope["type"] == "websocket"
+    if websocket and _DENIAL_EXTENSION not in (scope.get("extensions") or {}):
+        await send({"type": "websocket.close", "code": 1008})  # the server refuses the handshake itself
+        return
+    await send_response(send, status, headers, body, websocket=websocket)
+
+
+class TrackedSend:
+    """``send`` that remembers whether the response (or WebSocket handshake answer) has started.
+
+    After that no error can be rendered.
+    """
+
+    __slots__ = ("accepted", "send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+        self.accepted = False
+
+    async def __call__(self, message: Message) -> None:
+        kind = message["type"]
+        if kind in _STARTED:
+            self.started = True
+            self.accepted = self.accepted or kind == "websocket.accept"
+        await self.send(message)
+
+
+class ErrorRenderingMiddleware:
+    """Render errors raised by the layers and handlers inside it as ``{"error","code","status"}``.
+
+    Bastion errors, FastAPI validation errors and ``HTTPException`` keep their status; anything else is a
+    500 logged with its traceback (and the request id bound by RequestIdMiddleware), never shown to the
+    client. A WebSocket handshake refused before ``accept`` gets the same response; an error after
+    ``accept`` closes the connection (1011, or a ``WebSocketException``'s own code). Sits inside the access
+    log, CORS and security headers so rejections carry their headers.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        tracked = TrackedSend(send)
+        try:
+            await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            log.info("client_disconnected", path=scope["path"])
+        except Exception as exc:
+            error = _logged_error(exc, scope)
+            if tracked.started:
+                # Headers are on the wire: nothing to render; the server closes the broken response.
+                log.warning("error_after_response_started", path=scope["path"], code=error.code)
+                return
+            await send_error(send, error, scope)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tracked = TrackedSend(send)
+        try:
+            await self.app(scope, receive, tracked)
+        except WebSocketDisconnect:
+            log.info("client_disconnected", path=scope["path"])
+        except WebSocketException as exc:
+            if not tracked.started or tracked.accepted:
+                with contextlib.suppress(Exception):  # the client may be gone already
+                    await send({"type": "websocket.close", "code": exc.code, "reason": exc.reason or ""})
+        except Exception as exc:
+            error = _logged_error(exc, scope)
+            if not tracked.started:
+                await send_error(send, error, scope)
+            elif tracked.accepted:
+                with contextlib.suppress(Exception):
+                    await send({"type": "websocket.close", "code": WS_INTERNAL_ERROR})
+
+
+def _logged_error(exc: Exception, scope: Scope) -> BastionError:
+    """``exc`` in the error tree; unexpected exceptions become a 500 logged with the traceback."""
+    error = as_bastion_error(exc)
+    if error is None:
+        log.error("unhandled_exception", path=scope["path"], method=scope.get("method", "GET"), exc_info=exc)
+        return BastionError()
+    if error.status >= 500:
+        log.error("request_failed", path=scope["path"], code=error.code, error=error.detail)
+    return error
+
+
+class PanicRecoveryMiddleware:
+    """Last resort: a bug in an outer layer still becomes a logged 500 in the error shape."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        tracked = TrackedSend(send)
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            log.error("panic_recovered", path=scope["path"], exc_info=exc)
+            if not tracked.started:
+                await send_error(send, BastionError(), scope)

@@ -1,0 +1,74 @@
+"""Request limits: a deadline for the whole response (504) and a cap on the body size (413)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.exceptions import HTTPException
+
+from bastion.errors import BadRequest, GatewayTimeout, PayloadTooLarge
+from bastion.middleware._errors import TrackedSend
+from bastion.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class TimeoutMiddleware:
+    """Cancel a handler that has not started its response within ``timeout_secs``; raise GatewayTimeout.
+
+    A response already streaming when the deadline passes is cut off (the server closes the connection).
+    """
+
+    def __init__(self, app: ASGIApp, *, timeout_secs: float) -> None:
+        self.app = app
+        self.timeout_secs = timeout_secs
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        tracked = TrackedSend(send)
+        try:
+            async with asyncio.timeout(self.timeout_secs):
+                await self.app(scope, receive, tracked)
+        except TimeoutError:
+            if tracked.started:
+                raise
+            raise GatewayTimeout(f"Request timed out after {self.timeout_secs:g}s") from None
+
+
+def _body_too_large(limit: int) -> HTTPException:
+    # An HTTPException, not PayloadTooLarge: FastAPI turns other exceptions raised while it reads the
+    # body into a generic 400, but re-raises HTTPException, which the error renderer maps to 413.
+    return HTTPException(413, f"Request body too large (limit {limit} bytes)")
+
+
+class BodyLimitMiddleware:
+    """Reject bodies over ``max_body_bytes``: at once when Content-Length says so, else while streaming."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if not value.isdigit():
+                    raise BadRequest("Invalid Content-Length header")
+                if int(value) > limit:
+                    raise PayloadTooLarge(f"Request body too large (limit {limit} bytes)")
+                break
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _body_too_large(limit)
+            return message
+
+        await self.app(scope, limited_receive, send)

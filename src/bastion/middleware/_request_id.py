@@ -1,0 +1,67 @@
+"""Request ids: keep a sane incoming ``x-request-id``, else generate one; echo it and bind it to logs."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import structlog
+
+from bastion.types import RESPONSE_START, SCOPE_REQUEST_ID, ASGIApp, Message, Receive, Scope, Send
+
+HEADER = b"x-request-id"
+MAX_LENGTH = 128
+# Printable token characters only: no spaces, quotes or control characters that could forge log lines.
+_SANE = re.compile(rb"[A-Za-z0-9._:@/+=~-]{1,%d}" % MAX_LENGTH)
+
+
+def sane_request_id(value: bytes) -> str | None:
+    """``value`` when it is a sane token of 1-128 characters, else ``None`` (HTTP headers and gRPC metadata)."""
+    return value.decode("ascii") if _SANE.fullmatch(value) else None
+
+
+def new_request_id() -> str:
+    """A fresh id: 32 hex digits."""
+    return os.urandom(16).hex()
+
+
+def incoming_request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The client's ``x-request-id`` when it is sane, else ``None``."""
+    for name, value in headers:
+        if name == HEADER:
+            return sane_request_id(value)
+    return None
+
+
+class RequestIdMiddleware:
+    """Give every HTTP request an id.
+
+    Writes scope[SCOPE_REQUEST_ID], binds ``request_id`` into structlog's context for every log line of
+    the request, and sets ``x-request-id`` on every response (replacing one the handler set).
+    Outermost layer: everything inside, rejections included, carries the id.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        request_id = incoming_request_id(scope["headers"]) or new_request_id()
+        scope[SCOPE_REQUEST_ID] = request_id
+        raw = request_id.encode("ascii")
+        start = RESPONSE_START[scope["type"]]
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == start:
+                headers = [h for h in message.get("headers", ()) if h[0].lower() != HEADER]
+                headers.append((HEADER, raw))
+                message["headers"] = headers
+            await send(message)
+
+        tokens = structlog.contextvars.bind_contextvars(request_id=request_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)

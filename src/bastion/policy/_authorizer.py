@@ -1,0 +1,284 @@
+"""Policy authorization of one request: principal, action, resource and context built from the scope."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import structlog
+
+from bastion._audit import Auditor
+from bastion._claims import Claims
+from bastion._client_ip import client_ip
+from bastion._health import ALWAYS_PUBLIC
+from bastion.config import PolicySettings
+from bastion.errors import ConfigError, PolicyDenied, PolicyError
+from bastion.policy._cache import DecisionCache, decision_key
+from bastion.policy._engine import Decision, LoadedPolicies, PolicyEngine, PolicyLoadError, evaluate
+from bastion.policy._normalize import Normalizer, default_normalizer
+from bastion.routing._resolve import ResolvedRoute
+from bastion.types import (
+    SCOPE_CLAIMS,
+    SCOPE_GRPC_RESOURCE,
+    SCOPE_REQUEST_ID,
+    SCOPE_ROUTE,
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+)
+
+PRINCIPAL_TYPE = "User"
+RESOURCE_TYPE = "Resource"
+ANONYMOUS = "anonymous"
+ANONYMOUS_TYPE = "Anonymous"
+ANONYMOUS_PRINCIPAL: tuple[str, str, dict[str, Any]] = (ANONYMOUS_TYPE, ANONYMOUS, {"roles": [], "perms": []})
+"""A request without claims (a public path, or token auth off): ``Anonymous::"anonymous"``, no roles or perms.
+
+Its own entity type, so no token (whatever its ``sub``) can be it; ``principal is User`` excludes it.
+"""
+_I64 = 2**63
+
+ResourceExtractor = Callable[[Scope, dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
+"""``(scope, path_params) -> extra resource attributes`` (may be async, e.g. a storage lookup)."""
+
+log = structlog.get_logger("bastion.policy")
+
+
+def principal_of(claims: Claims) -> tuple[str, str, dict[str, Any]]:
+    """``User::<sub>`` with ``sub``, ``roles``, ``perms``, ``username``, ``email`` (and ``client_id``) attributes.
+
+    Absent optional claims are absent attributes (a policy reading one fails, and failing denies);
+    ``roles`` and ``perms`` are always sets, empty when the token has none.
+    """
+    attributes: dict[str, Any] = {"roles": list(claims.roles), "perms": list(claims.perms)}
+    for name in ("sub", "username", "email", "client_id"):
+        value = getattr(claims, name)
+        if value is not None:
+            attributes[name] = value
+    return PRINCIPAL_TYPE, claims.sub or claims.client_id or ANONYMOUS, attributes
+
+
+def _cedar_value(value: object) -> object:
+    if isinstance(value, bool) or (isinstance(value, int) and -_I64 <= value < _I64):
+        return value
+    return str(value)
+
+
+class PolicyAuthorizer:
+    """Decide each authenticated request with Cedar; raise PolicyDenied (403) or PolicyError (500).
+
+    The action is ``"<METHOD> <route template>"`` for a matched route, else the normalized path. Path
+    parameters (plus a per-route resource extractor's attributes) are the resource's attributes. Context:
+    ``ip_address``, ``timestamp``, ``user_agent``, ``request_id``, ``roles``. Evaluation errors deny (500
+    ``POLICY_ERROR``) unless ``fail_open``; a Deny is always a 403, with an ``AuthPermissionDenied`` event.
+    """
+
+    def __init__(
+        self,
+        settings: PolicySettings,
+        *,
+        auditor: Auditor,
+        trust_forwarded: bool = False,
+        normalizer: Normalizer | None = None,
+        extractors: Mapping[str, ResourceExtractor] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if settings.policy_path is None:
+            raise ConfigError("policy authorization needs policy.policy_path")
+        self.settings = settings
+        self.engine = PolicyEngine(settings.policy_path, key="policy.policy_path")
+        self.auditor = auditor
+        self.trust_forwarded = trust_forwarded
+        self.normalizer = normalizer or default_normalizer
+        self.extractors = dict(extractors or {})
+        self.cache = DecisionCache(
+            size=settings.cache_size if settings.cache_enabled else 0, ttl_secs=settings.cache_ttl_secs
+        )
+        self._clock = clock
+        self.evaluations = 0
+
+    @property
+    def policies(self) -> LoadedPolicies:
+        return self.engine.current
+
+    def reload(self) -> LoadedPolicies:
+        """Re-read ``policy_path``; swap it in and clear the decision cache, or keep the old set and raise."""
+        loaded = self.engine.reload()
+        self.cache.clear()
+        log.info("policies_reloaded", path=str(self.engine.path), policies=loaded.statements, digest=loaded.digest)
+        return loaded
+
+    def action_of(self, scope: Scope) -> tuple[str, dict[str, Any], str | None]:
+        """``(action, path params, route template)``: ``"<METHOD> <template>"`` for a matched route, else the
+        normalized path. A WebSocket handshake is a ``GET``."""
+        method = scope.get("method", "GET")
+        route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
+        if route is not None and route.method_allowed:
+            return f"{method} {route.template}", dict(route.path_params), route.template
+        return f"{method} {self.normalizer(scope['path'])}", {}, None
+
+    async def resource_of(
+        self, scope: Scope, action: str, template: str | None, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        attributes = {name: _cedar_value(value) for name, value in params.items()}
+        extractor = self.extractors.get(action) or (self.extractors.get(template) if template else None)
+        if extractor is not None:
+            extra = extractor(scope, dict(params))
+            if inspect.isawaitable(extra):
+                extra = await extra
+            attributes.update({name: _cedar_value(value) for name, value in extra.items()})
+        return attributes
+
+    def context_of(self, scope: Scope, claims: Claims | None) -> dict[str, Any]:
+        """The request context; only the attributes the loaded policies read are computed."""
+        wanted = self.engine.current.context_attributes
+        context: dict[str, Any] = {}
+        if wanted is None or "ip_address" in wanted:
+            context["ip_address"] = client_ip(scope, trust_forwarded=self.trust_forwarded)
+        if wanted is None or "timestamp" in wanted:
+            context["timestamp"] = self.now()
+        if wanted is None or "user_agent" in wanted:
+            context["user_agent"] = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"user-agent"), "")
+        if wanted is None or "request_id" in wanted:
+            context["request_id"] = scope.get(SCOPE_REQUEST_ID, "")
+        if wanted is None or "roles" in wanted:
+            context["roles"] = list(claims.roles) if claims is not None else []
+        return context
+
+    async def decide(self, scope: Scope, claims: Claims | None) -> tuple[str, Decision]:
+        """The decision for an HTTP request or WebSocket handshake (action from the resolved route or the
+        normalizer) or a gRPC call (action ``/<package>.<Service>/<Method>``, resource attributes from its
+        extractor in scope[SCOPE_GRPC_RESOURCE])."""
+        if scope["type"] == "grpc":
+            action = scope["path"]
+            attributes = {name: _cedar_value(value) for name, value in scope.get(SCOPE_GRPC_RESOURCE, {}).items()}
+        else:
+            action, params, template = self.action_of(scope)
+            attributes = await self.resource_of(scope, action, template, params)
+        decision = self.decide_request(
+            claims=claims,
+            action=action,
+            resource=(RESOURCE_TYPE, scope["path"], attributes),
+            context=self.context_of(scope, claims),
+        )
+        return action, decision
+
+    def decide_request(
+        self,
+        *,
+        claims: Claims | None,
+        action: str,
+        resource: tuple[str, str, dict[str, Any]],
+        context: dict[str, Any],
+    ) -> Decision:
+        """Decide one request, through the decision cache (HTTP and gRPC share this).
+
+        ``claims`` ``None`` is the anonymous principal (:data:`ANONYMOUS_PRINCIPAL`).
+        """
+        policies = self.engine.current
+        referenced = policies.context_attributes
+        keyed_context = context if referenced is None else {k: v for k, v in context.items() if k in referenced}
+        # The principal's attributes all come from these claims (tuples already), so they key it directly.
+        principal_key = (
+            None
+            if claims is None
+            else (claims.sub, claims.roles, claims.perms, claims.username, claims.email, claims.client_id)
+        )
+        key = decision_key(
+            digest=policies.digest, principal=principal_key, action=action, resource=resource[2], context=keyed_context
+        )
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        self.evaluations += 1
+        principal = ANONYMOUS_PRINCIPAL if claims is None else principal_of(claims)
+        decision = evaluate(policies, principal=principal, action=action, resource=resource, context=context)
+        self.cache.put(key, decision)
+        return decision
+
+    def now(self) -> int:
+        return int(self._clock())
+
+    def fails_open(self, claims: Claims | None) -> bool:
+        """Whether an evaluation failure allows this caller: ``fail_open``, and never for an anonymous one."""
+        return self.settings.fail_open and claims is not None
+
+    async def authorize(self, scope: Scope) -> None:
+        """Allow or raise PolicyDenied (403) / PolicyError (500).
+
+        Every request is decided, those without claims as the anonymous principal (default deny applies),
+        except ``/health`` and ``/ready`` and a request whose path exists only with other methods (the
+        dispatcher answers 405 before any policy is asked, the same for every caller).
+        """
+        if scope["type"] != "grpc":
+            if scope["path"] in ALWAYS_PUBLIC:
+                return
+            route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
+            if route is not None and not route.method_allowed:
+                return
+        claims = scope.get(SCOPE_CLAIMS)
+        if not isinstance(claims, Claims):
+            claims = None
+        action, decision = await self.decide(scope, claims)
+        if decision.failed:
+            fail_open = self.fails_open(claims)
+            log.error("policy_evaluation_failed", action=action, errors=list(decision.errors), fail_open=fail_open)
+            if fail_open:
+                return
+            raise PolicyError()
+        if not decision.allowed:
+            await self.auditor.auth_event("AuthPermissionDenied", scope, action=action)
+            raise PolicyDenied()
+
+    def layer(self, app: ASGIApp) -> ASGIApp:
+        return PolicyMiddleware(app, authorizer=self)
+
+    async def check_call(self, scope: Scope) -> None:
+        """The gRPC form: decide one call (PolicyDenied -> PERMISSION_DENIED, PolicyError -> INTERNAL)."""
+        await self.authorize(scope)
+
+    async def watch(self) -> None:
+        """Hot reload: poll ``policy_path`` every interval; reload once a change has been stable for one poll.
+
+        Compares against the file as it was when the current set was loaded, so an edit made before the
+        watcher first runs is not missed. A broken file is logged once per change and the old set stays.
+        """
+        interval = self.settings.hot_reload_interval_secs
+        seen_broken: tuple[int, int] | None = None
+        pending: tuple[int, int] | None = None
+        while True:
+            await asyncio.sleep(interval)
+            current = self.engine.file_signature()
+            if current is None or current in (self.engine.signature, seen_broken):
+                pending = None
+                continue
+            if current != pending:
+                pending = current  # changed since the last poll: wait until the writer is done
+                continue
+            pending = None
+            try:
+                self.reload()
+            except PolicyLoadError as exc:
+                seen_broken = current
+                log.error("policy_hot_reload_failed", error=str(exc))
+
+
+class PolicyMiddleware:
+    """Ask the PolicyAuthorizer about each HTTP request and WebSocket handshake (a ``GET``).
+
+    Reads scope[SCOPE_CLAIMS] (token auth) and scope[SCOPE_ROUTE] (route resolution). Raises PolicyDenied
+    (403) or PolicyError (500); the error renderer shapes both.
+    """
+
+    def __init__(self, app: ASGIApp, *, authorizer: PolicyAuthorizer) -> None:
+        self.app = app
+        self.authorizer = authorizer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" or scope["type"] == "websocket":
+            await self.authorizer.authorize(scope)
+        await self.app(scope, receive, send)

@@ -1,0 +1,116 @@
+"""The distributed limiter: GCRA buckets in the cache store, shared by every instance.
+
+On Redis/Valkey each charge is one round trip: an atomic Lua script (``EVALSHA``, loaded again by
+redis-py if the server lost it) that reads the bucket, decides, and writes it back with an expiry of the
+time until the bucket is full again (at most ``window_secs`` when the burst is the per-window limit). The
+script takes the time from the server (``TIME``), so instances with skewed clocks still share one limit.
+
+Any cache-store failure raises :class:`~bastion.errors.CacheStoreError` (500): a request is never let
+through uncounted. Without ``cache_store.url`` the app's store is in-process memory; the same algorithm
+then runs on it under a lock (one instance only, like the local limiter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from bastion._cache_store import CacheStore, RedisCacheStore
+from bastion.errors import CacheStoreError
+from bastion.ratelimit._buckets import Bucket, Outcome
+from bastion.ratelimit._local import gcra
+
+log = structlog.get_logger("bastion.ratelimit")
+
+MICROS = 1_000_000
+
+# KEYS[1] = bucket key; ARGV[1] = emission interval (microseconds), ARGV[2] = burst.
+# Returns {allowed (0/1), remaining, retry_after_us, reset_after_us, now_us}. Same logic as local.gcra().
+GCRA_SCRIPT = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or '') or now
+if tat < now then tat = now end
+local new_tat = tat + interval
+local allow_at = new_tat - burst * interval
+if now < allow_at then
+  return {0, 0, allow_at - now, tat - now, now}
+end
+local ttl_ms = math.max(1, math.ceil((new_tat - now) / 1000))
+redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', ttl_ms)
+return {1, math.floor((now - allow_at) / interval), 0, new_tat - now, now}
+"""
+
+
+class DistributedLimiter:
+    """A :class:`~bastion.ratelimit._buckets.LimiterStore` over a :class:`~bastion._cache_store.CacheStore`.
+
+    A :class:`~bastion._cache_store.RedisCacheStore` is charged with the Lua script (one round trip, atomic
+    across instances); any other store with ``get``/``set`` under a per-process lock. ``clock`` (Unix
+    seconds) is used only on that second path; the script reads the server's clock.
+    """
+
+    def __init__(self, store: CacheStore, *, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._script: Any = None
+        self._errors: tuple[type[BaseException], ...] = (OSError, asyncio.TimeoutError)
+        self._down = False
+        if isinstance(store, RedisCacheStore):
+            from redis.exceptions import RedisError
+
+            self._script = store.client.register_script(GCRA_SCRIPT)
+            self._errors = (RedisError, OSError, asyncio.TimeoutError)
+
+    async def charge(self, bucket: Bucket) -> Outcome:
+        if self._script is None:
+            return await self._charge_generic(bucket)
+        quota = bucket.quota
+        interval_us = max(1, round(quota.interval_secs * MICROS))
+        try:
+            reply = await self._script(keys=[bucket.key], args=[interval_us, quota.burst])
+        except self._errors as exc:
+            raise self._failed(exc) from exc
+        self._recovered()
+        allowed, remaining, retry_after_us, reset_after_us, now_us = (int(value) for value in reply)
+        return Outcome(
+            bool(allowed), quota.limit, remaining, retry_after_us / MICROS, (now_us + reset_after_us) / MICROS
+        )
+
+    async def _charge_generic(self, bucket: Bucket) -> Outcome:
+        quota = bucket.quota
+        async with self._lock:
+            raw = await self.store.get(bucket.key)  # CacheStoreError propagates: never pass uncounted
+            now = self._clock()
+            tat = _parse_tat(raw)
+            step = gcra(tat, now, interval=quota.interval_secs, burst=quota.burst)
+            if step.allowed:
+                await self.store.set(bucket.key, b"%d" % round(step.tat * MICROS), ttl_secs=step.reset_after)
+        return Outcome(step.allowed, quota.limit, step.remaining, step.retry_after, now + step.reset_after)
+
+    def _failed(self, exc: BaseException) -> CacheStoreError:
+        if not self._down:
+            self._down = True
+            log.error("rate_limit_store_unavailable", error=f"{type(exc).__name__}: {exc}")
+        return CacheStoreError()
+
+    def _recovered(self) -> None:
+        if self._down:
+            self._down = False
+            log.info("rate_limit_store_recovered")
+
+
+def _parse_tat(raw: bytes | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        return int(raw) / MICROS
+    except ValueError:
+        return None  # an unreadable value is treated as a full bucket and overwritten

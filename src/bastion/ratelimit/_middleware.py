@@ -1,0 +1,87 @@
+"""Rate limiting in the HTTP pipeline: after token auth, before policy, on the full canonical path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from bastion._audit import Auditor
+from bastion._health import ALWAYS_PUBLIC
+from bastion.errors import RateLimitExceeded
+from bastion.ratelimit._buckets import LimiterStore, Outcome, RuleSet
+from bastion.types import RESPONSE_START, SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
+
+DENIED_EVENT = "HttpRequestDenied"
+DENIED_EVENT_TYPE = "http.request.denied"
+
+
+async def charge(
+    scope: Scope, *, store: LimiterStore, rules: RuleSet, trust_forwarded: bool, auditor: Auditor | None
+) -> Outcome:
+    """Charge the request's bucket; on a spent bucket emit ``HttpRequestDenied`` and raise RateLimitExceeded.
+
+    Shared by the HTTP middleware and gRPC calls (whose scope has ``method`` POST and ``path`` the method).
+    A cache-store failure propagates as CacheStoreError, without an audit event.
+    """
+    bucket = rules.bucket_for(scope, trust_forwarded=trust_forwarded)
+    outcome = await store.charge(bucket)
+    if not outcome.allowed:
+        if auditor is not None:
+            await auditor.auth_event(
+                DENIED_EVENT,
+                scope,
+                event_type=DENIED_EVENT_TYPE,
+                method=scope.get("method", "GET"),
+                path=scope["path"],
+                bucket=bucket.key,
+                limit=outcome.limit,
+                retry_after=outcome.retry_after_secs,
+            )
+        raise RateLimitExceeded(retry_after=outcome.retry_after_secs, headers=outcome.headers())
+    return outcome
+
+
+class RateLimitMiddleware:
+    """Charge each HTTP request to a user, client or IP bucket (or a route rule's); reject spent buckets.
+
+    Reads scope[SCOPE_CLAIMS], so it sits inside TokenAuthMiddleware and outside PolicyMiddleware; reads the
+    canonical ``scope["path"]`` (full path, before any prefix stripping). Raises RateLimitExceeded (429,
+    with ``Retry-After`` and the ``X-RateLimit-*`` headers) after emitting ``HttpRequestDenied``; lets
+    CacheStoreError (500) through without an audit event. Allowed requests get ``X-RateLimit-Limit``,
+    ``-Remaining`` and ``-Reset`` on their response, errors raised further in included (via
+    scope[SCOPE_RESPONSE_HEADERS]). ``/health`` and ``/ready`` are not limited.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        store: LimiterStore,
+        rules: RuleSet,
+        trust_forwarded: bool = False,
+        auditor: Auditor | None = None,
+        exempt_paths: Iterable[str] = ALWAYS_PUBLIC,
+    ) -> None:
+        self.app = app
+        self.store = store
+        self.rules = rules
+        self.trust_forwarded = trust_forwarded
+        self.auditor = auditor
+        self.exempt_paths = frozenset(exempt_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start = RESPONSE_START.get(scope["type"])
+        if start is None or scope["path"] in self.exempt_paths:
+            await self.app(scope, receive, send)
+            return
+        outcome = await charge(
+            scope, store=self.store, rules=self.rules, trust_forwarded=self.trust_forwarded, auditor=self.auditor
+        )
+        extra = outcome.raw_headers()
+        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *extra]
+
+        async def send_with_quota(message: Message) -> None:
+            if message["type"] == start:
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_quota)

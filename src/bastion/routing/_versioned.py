@@ -1,0 +1,137 @@
+"""The versioned builder: the only way to register business routes (``{base_path}/v<N>/...``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.openapi.utils import get_openapi
+
+from bastion.errors import ConfigError
+from bastion.routing._deprecation import Deprecation
+from bastion.types import Headers
+
+
+class ApiVersion(APIRouter):
+    """One major version: a FastAPI ``APIRouter`` whose paths are relative to ``{base_path}/v<N>``.
+
+    Register handlers exactly as on any FastAPI router (``@v1.get("/documents")``, ``include_router``,
+    pydantic models, ``Depends``). The prefix is applied when the service is built.
+    """
+
+    def __init__(self, number: int, *, api: VersionedApi, **router_kwargs: Any) -> None:
+        if "prefix" in router_kwargs:
+            raise ConfigError("ApiVersion takes no prefix: its routes live under {base_path}/v<N>")
+        super().__init__(**router_kwargs)
+        self.number = number
+        self._api = api
+
+    @property
+    def label(self) -> str:
+        return f"v{self.number}"
+
+    @property
+    def deprecation(self) -> Deprecation | None:
+        return self._api.deprecations.get(self.number)
+
+
+def _check_number(number: object) -> int:
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ConfigError(f"API version {number!r} must be a positive integer (v1, v2, ...)")
+    return number
+
+
+class VersionedApi:
+    """Versions v1, v2, v3 ... (numbers may be skipped) under one base path (default: ``service.base_path``).
+
+    ``version(1, deprecated=...)`` registers a version, possibly already deprecated;
+    ``deprecate(1, replacement=2, ...)`` marks one deprecated later, even while serving.
+    """
+
+    def __init__(self, *, base_path: str | None = None) -> None:
+        self.base_path = base_path
+        self.versions: dict[int, ApiVersion] = {}
+        self.deprecations: dict[int, Deprecation] = {}
+        self._headers: dict[int, Headers] = {}
+        self._openapi: dict[int, dict[str, Any]] = {}
+
+    def version(
+        self,
+        number: int,
+        *,
+        deprecated: Deprecation | None = None,
+        **router_kwargs: Any,
+    ) -> ApiVersion:
+        """Register major version ``number`` and return its router."""
+        number = _check_number(number)
+        if number in self.versions:
+            raise ConfigError(f"API version v{number} is registered twice")
+        self.versions[number] = ApiVersion(number, api=self, **router_kwargs)
+        if deprecated is not None:
+            self._set_deprecation(number, deprecated)
+        return self.versions[number]
+
+    def deprecate(
+        self,
+        number: int,
+        *,
+        replacement: int,
+        sunset: str | datetime | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Mark a registered version deprecated, with its replacement, optional RFC 3339 sunset and message."""
+        if number not in self.versions:
+            raise ConfigError(f"cannot deprecate v{number}: it is not registered")
+        self._set_deprecation(number, Deprecation(replacement=replacement, sunset=sunset, message=message))
+
+    def _set_deprecation(self, number: int, deprecation: Deprecation) -> None:
+        if deprecation.replacement == number:
+            raise ConfigError(f"v{number} cannot be its own replacement")
+        self.deprecations[number] = deprecation
+        self._headers[number] = deprecation.headers(number)
+        self._openapi.pop(number, None)
+
+    def deprecation_headers(self, number: int) -> Headers:
+        return self._headers.get(number, [])
+
+    def validate(self) -> None:
+        """Check cross-version facts once all versions are registered (at build)."""
+        if not self.versions:
+            raise ConfigError("no API version registered: add one with api.version(1)")
+        for number, deprecation in self.deprecations.items():
+            if deprecation.replacement not in self.versions:
+                raise ConfigError(
+                    f"v{number} is deprecated in favour of v{deprecation.replacement}, which is not registered"
+                )
+
+    def prefix(self, number: int, base_path: str) -> str:
+        return f"{base_path}/v{number}"
+
+    def openapi(self, number: int, *, base_path: str, title: str, version: str) -> dict[str, Any]:
+        """The OpenAPI document of one version (cached; rebuilt after a deprecation change)."""
+        cached = self._openapi.get(number)
+        if cached is not None:
+            return cached
+        router = APIRouter()
+        router.include_router(self.versions[number], prefix=self.prefix(number, base_path))
+        deprecation = self.deprecations.get(number)
+        description = None
+        if deprecation is not None:
+            description = f"API version v{number} is deprecated. Please migrate to version v{deprecation.replacement}."
+            if deprecation.message:
+                description += f" {deprecation.message}"
+        document = get_openapi(
+            title=f"{title} v{number}", version=version, routes=router.routes, description=description
+        )
+        if deprecation is not None:
+            document["info"]["x-deprecated"] = True
+            document["info"]["x-replacement-version"] = f"v{deprecation.replacement}"
+            if deprecation.sunset_rfc3339:
+                document["info"]["x-sunset"] = deprecation.sunset_rfc3339
+            for operations in document.get("paths", {}).values():
+                for operation in operations.values():
+                    if isinstance(operation, dict):
+                        operation["deprecated"] = True
+        self._openapi[number] = document
+        return document

@@ -1,0 +1,28 @@
+"""The small core Bastion and MailRelay share: clock, backoff and Retry-After, logging set-up, redaction,
+configuration errors. It imports neither FastAPI nor uvicorn nor cedarpy, so MailRelay stays light."""
+
+from bastion_core._backoff import (
+    MAX_BACKOFF_SECS,
+    MAX_RETRY_AFTER_SECS,
+    backoff_delay,
+    parse_retry_after,
+    retry_wait,
+)
+from bastion_core._clock import Clock
+from bastion_core._errors import ConfigError
+from bastion_core._logging import UNKNOWN_VARIABLE_EVENT, configure_logging
+from bastion_core._redact import MASK, mask_url
+
+__all__ = [
+    "MASK",
+    "MAX_BACKOFF_SECS",
+    "MAX_RETRY_AFTER_SECS",
+    "UNKNOWN_VARIABLE_EVENT",
+    "Clock",
+    "ConfigError",
+    "backoff_delay",
+    "configure_logging",
+    "mask_url",
+    "parse_retry_after",
+    "retry_wait",
+]

@@ -1,0 +1,359 @@
+"""MAIL_RELAY_* settings: a pydantic-settings model over the environment and `./.env`, validated once at start-up."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Literal, get_args
+
+import httpx
+from dotenv import dotenv_values
+from pydantic import AliasGenerator, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticUseDefault
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from bastion_core import ConfigError, mask_url
+
+PREFIX = "MAIL_RELAY_"
+ENV_FILE = ".env"
+DEFAULT_PORT = 2525
+DEFAULT_HEALTH_PORT = 8080
+DEFAULT_WEBHOOK_TIMEOUT_SECS = 30.0
+DEFAULT_WEBHOOK_MAX_RETRIES = 3
+DEFAULT_WEBHOOK_BACKOFF_BASE_SECS = 1.0
+DEFAULT_BREAKER_THRESHOLD = 5
+DEFAULT_BREAKER_RESET_SECS = 60.0
+DEFAULT_MAX_MESSAGE_SIZE = 26_214_400
+DEFAULT_MAX_ATTACHMENT_SIZE = 10_485_760
+DEFAULT_MAX_CONCURRENT_PER_IP = 10
+# Postfix's default smtpd process limit: sessions beyond it get 421 instead of memory.
+DEFAULT_MAX_SESSIONS = 100
+DEFAULT_MAX_UNKNOWN_RCPTS = 3
+DEFAULT_IDLE_TIMEOUT_SECS = 300.0  # RFC 5321 4.5.3.2.7: server timeout of 5 minutes
+DEFAULT_SHUTDOWN_GRACE_SECS = 30.0
+MAX_WEBHOOK_RETRIES = 20
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+REDACTED = "<redacted>"
+_REQUIRED = "a value (this variable is required)"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+_EMAIL = re.compile(r"^[^@\s,<>]+@[^@\s,<>]+$")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
+_SECRETS = frozenset({PREFIX + "WEBHOOK_SIGNING_SECRET"})
+
+LogFormat = Literal["auto", "json", "console"]  # as Bastion's service.log_format
+LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
+
+
+def _variable(field_name: str) -> str:
+    return PREFIX + field_name.upper()
+
+
+def _read(raw: object, convert: Callable[[str], object], *, required: bool = False, secret: bool = False) -> object:
+    """One variable's text through its converter. Whitespace around a value is dropped and a blank value means
+    unset (the default), except for a secret, which is taken verbatim; a value given in Python passes as is."""
+    if not isinstance(raw, str):
+        return raw
+    if secret:
+        return convert(raw)
+    if not raw.strip():
+        if required:
+            raise ValueError(_REQUIRED)
+        raise PydanticUseDefault()
+    return convert(raw.strip())
+
+
+def _env(convert: Callable[[str], object], *, required: bool = False, secret: bool = False) -> BeforeValidator:
+    return BeforeValidator(lambda raw: _read(raw, convert, required=required, secret=secret))
+
+
+def _email_list(raw: str) -> frozenset[str]:
+    emails = [part.strip().lower() for part in raw.split(",") if part.strip()]
+    bad = [e for e in emails if not _EMAIL.match(e)]
+    if not emails or bad:
+        raise ValueError("a comma-separated list of addresses like inbox@example.com")
+    return frozenset(emails)
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for `localhost` and loopback IP literals (127.0.0.0/8, ::1), judged on the parsed host."""
+    host = host.strip("[]").lower().rstrip(".")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _webhook_url(raw: str, *, allow_insecure: bool) -> str:
+    try:
+        url = httpx.URL(raw)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise ValueError("an absolute http(s) URL") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError("an absolute http(s) URL")
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise ValueError("an absolute http(s) URL with a port 1-65535")
+    if url.scheme == "http" and not allow_insecure and not is_loopback_host(url.host):
+        raise ValueError(
+            "an https URL (plain http is allowed only to loopback hosts unless MAIL_RELAY_WEBHOOK_ALLOW_INSECURE=true)"
+        )
+    return raw
+
+
+def _boolean(raw: str) -> bool:
+    value = raw.lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError("a boolean (true/false, 1/0, yes/no, on/off)")
+
+
+def _bind_address(raw: str) -> str:
+    try:
+        ipaddress.ip_address(raw)
+    except ValueError:
+        if not _HOSTNAME.match(raw):
+            raise ValueError("an IP address or host name to listen on") from None
+    return raw
+
+
+def _integer(raw: str, expected: str, low: int, high: int | None = None) -> int:
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ValueError(expected) from None
+    if value < low or (high is not None and value > high):
+        raise ValueError(expected)
+    return value
+
+
+def _port(raw: str) -> int:
+    return _integer(raw, "a TCP port 0-65535", 0, 65535)
+
+
+def _positive_int(raw: str) -> int:
+    return _integer(raw, "a positive integer", 1)
+
+
+def _non_negative_int(raw: str) -> int:
+    return _integer(raw, "an integer >= 0", 0)
+
+
+def _retries(raw: str) -> int:
+    return _integer(raw, f"an integer 0-{MAX_WEBHOOK_RETRIES}", 0, MAX_WEBHOOK_RETRIES)
+
+
+def _seconds(raw: str, expected: str, *, allow_zero: bool) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(expected) from None
+    if value != value or value in (float("inf"), float("-inf")) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(expected)
+    return value
+
+
+def _positive_seconds(raw: str) -> float:
+    return _seconds(raw, "a number of seconds > 0", allow_zero=False)
+
+
+def _non_negative_seconds(raw: str) -> float:
+    return _seconds(raw, "a number of seconds >= 0", allow_zero=True)
+
+
+def _prefix_list(raw: str) -> tuple[str, ...]:
+    prefixes = tuple(dict.fromkeys(p.strip().lower() for p in raw.split(",") if p.strip()))
+    if any(not p.isprintable() or " " in p or ":" in p for p in prefixes):
+        raise ValueError("a comma-separated list of header-name prefixes like X-Custom-")
+    return prefixes
+
+
+def _secret(raw: str) -> str:
+    if not raw:
+        raise ValueError("a non-empty secret (unset the variable to turn signing off)")
+    return raw
+
+
+def _pem_path(raw: str) -> Path:
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise ValueError("the path of a readable PEM file")
+    return path
+
+
+def _log_level(raw: str) -> str:
+    value = raw.upper()
+    if value not in LOG_LEVELS:
+        raise ValueError("one of " + ", ".join(LOG_LEVELS))
+    return value
+
+
+def _log_format(raw: str) -> str:
+    value = raw.lower()
+    if value not in LOG_FORMATS:
+        raise ValueError("one of " + ", ".join(LOG_FORMATS))
+    return value
+
+
+Port = Annotated[int, _env(_port)]
+PositiveInt = Annotated[int, _env(_positive_int)]
+PositiveSeconds = Annotated[float, _env(_positive_seconds)]
+NonNegativeSeconds = Annotated[float, _env(_non_negative_seconds)]
+BindAddress = Annotated[str, _env(_bind_address)]
+PemPath = Annotated[Path | None, _env(_pem_path)]
+
+
+class Settings(BaseSettings):
+    """Validated relay settings, one attribute per MAIL_RELAY_* variable; see docs/mailrelay.md for each.
+
+    ``Settings()`` reads the process environment over ``./.env`` and raises pydantic's ValidationError;
+    :func:`load_settings` and :func:`parse_settings` raise ConfigError instead. Fields are declared in the order
+    they are checked: the error names the first bad variable in that order.
+    """
+
+    model_config = SettingsConfigDict(
+        # MAIL_RELAY_ + the field name in capitals, spelled exactly so: env_prefix alone would match any spelling
+        # (pydantic-settings compares lower-cased names unless case_sensitive, and then wants MAIL_RELAY_port).
+        alias_generator=AliasGenerator(validation_alias=_variable),
+        case_sensitive=True,
+        env_file=ENV_FILE,
+        env_file_encoding="utf-8",
+        enable_decoding=False,  # lists are comma-separated text, not JSON
+        extra="ignore",
+        frozen=True,
+    )
+
+    tls_cert: PemPath = None
+    tls_key: PemPath = Field(default=None, validate_default=True)
+    webhook_allow_insecure: Annotated[bool, _env(_boolean)] = False
+    target_emails: Annotated[frozenset[str], _env(_email_list, required=True)]
+    webhook_url: str
+    bind_address: BindAddress = "0.0.0.0"
+    port: Port = DEFAULT_PORT
+    health_bind_address: BindAddress = "0.0.0.0"
+    health_port: Port = DEFAULT_HEALTH_PORT
+    header_prefixes: Annotated[tuple[str, ...], _env(_prefix_list)] = Field(
+        default=(), validation_alias=PREFIX + "HEADER_PREFIX"
+    )
+    webhook_signing_secret: Annotated[str | None, _env(_secret, secret=True)] = Field(default=None, repr=False)
+    webhook_timeout: PositiveSeconds = DEFAULT_WEBHOOK_TIMEOUT_SECS
+    webhook_max_retries: Annotated[int, _env(_retries)] = DEFAULT_WEBHOOK_MAX_RETRIES
+    webhook_backoff_base: NonNegativeSeconds = DEFAULT_WEBHOOK_BACKOFF_BASE_SECS
+    circuit_breaker_threshold: PositiveInt = DEFAULT_BREAKER_THRESHOLD
+    circuit_breaker_reset: PositiveSeconds = DEFAULT_BREAKER_RESET_SECS
+    max_message_size: PositiveInt = DEFAULT_MAX_MESSAGE_SIZE
+    max_attachment_size: PositiveInt = DEFAULT_MAX_ATTACHMENT_SIZE
+    log_level: Annotated[str, _env(_log_level)] = "INFO"
+    log_format: Annotated[LogFormat, _env(_log_format)] = "auto"
+    max_concurrent_per_ip: PositiveInt = DEFAULT_MAX_CONCURRENT_PER_IP
+    max_sessions: PositiveInt = DEFAULT_MAX_SESSIONS
+    max_unknown_rcpts_per_session: Annotated[int, _env(_non_negative_int)] = DEFAULT_MAX_UNKNOWN_RCPTS
+    idle_timeout: PositiveSeconds = DEFAULT_IDLE_TIMEOUT_SECS
+    shutdown_grace: NonNegativeSeconds = DEFAULT_SHUTDOWN_GRACE_SECS
+
+    @field_validator("tls_key")
+    @classmethod
+    def _check_tls_pair(cls, key: Path | None, info: ValidationInfo) -> Path | None:
+        if "tls_cert" not in info.data:  # the certificate itself is bad, and that is reported first
+            return key
+        if (info.data["tls_cert"] is None) != (key is None):
+            missing = "TLS_KEY" if key is None else "TLS_CERT"
+            raise ConfigError.invalid(PREFIX + missing, None, "a PEM path (TLS_CERT and TLS_KEY are set together)")
+        return key
+
+    @field_validator("webhook_url", mode="before")
+    @classmethod
+    def _check_webhook_url(cls, raw: object, info: ValidationInfo) -> object:
+        allow_insecure = bool(info.data.get("webhook_allow_insecure", False))
+        return _read(raw, lambda value: _webhook_url(value, allow_insecure=allow_insecure), required=True)
+
+    @property
+    def log_level_number(self) -> int:
+        return logging.getLevelNamesMapping()[self.log_level]
+
+
+class _GivenSettings(Settings):
+    """Settings from the given values alone, for parse_settings: no process environment, no `.env`."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+VARIABLES = frozenset(str(field.validation_alias) for field in Settings.model_fields.values())
+"""Every MAIL_RELAY_* name a setting reads."""
+
+
+def load_settings(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read the process environment over `<cwd>/.env` (a variable set in both keeps the process value) and validate.
+
+    `environ` stands in for the process environment (tests). Raises ConfigError naming the first bad variable and
+    its value (URL passwords and queries masked, the signing secret never shown).
+    """
+    if environ is not None:
+        return parse_settings(read_environment(cwd, environ))
+    try:
+        # mypy sees pydantic's __init__ with one parameter per field; BaseSettings' own takes _env_file and reads
+        # the fields from the environment and that file
+        return Settings(_env_file=(cwd or Path.cwd()) / ENV_FILE)  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+
+
+def parse_settings(environ: Mapping[str, str]) -> Settings:
+    """Validate MAIL_RELAY_* values from a plain mapping; pure, so tests need no environment."""
+    values = {name: value for name, value in environ.items() if name in VARIABLES}
+    try:
+        # text for every field, which its converter turns into the field's type (mypy expects the typed values)
+        given = _GivenSettings(**values)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+    # validated values, handed over as the one public class (already checked: no second validation)
+    return Settings.model_construct(_fields_set=given.model_fields_set, **dict(given))
+
+
+def read_environment(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`<cwd>/.env` merged under the process environment (or `environ`): the names and values Settings() sees."""
+    env_file = (cwd or Path.cwd()) / ENV_FILE
+    merged: dict[str, str] = {}
+    if env_file.is_file():
+        merged.update({k: v for k, v in dotenv_values(env_file, encoding="utf-8").items() if v is not None})
+    merged.update(os.environ if environ is None else environ)
+    return merged
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """MAIL_RELAY_* names that no setting reads (most likely typos), sorted."""
+    return sorted(name for name in environ if name.startswith(PREFIX) and name not in VARIABLES)
+
+
+def shown_value(raw: str) -> str:
+    """A setting's value as an error may show it: a URL's userinfo password and query masked with ``***``."""
+    return mask_url(raw)
+
+
+def _config_error(error: ValidationError) -> ConfigError:
+    """The first problem pydantic found (in field order), as the ConfigError naming variable, expectation, value."""
+    problem = error.errors(include_url=False)[0]
+    cause = problem.get("ctx", {}).get("error")
+    if isinstance(cause, ConfigError):
+        return cause
+    variable = str(problem["loc"][0])
+    if problem["type"] == "missing":
+        return ConfigError.invalid(variable, None, _REQUIRED)
+    shown = REDACTED if variable in _SECRETS else shown_value(str(problem["input"]))
+    return ConfigError.invalid(variable, shown, str(cause) if cause is not None else problem["msg"])

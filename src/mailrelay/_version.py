@@ -1,0 +1,10 @@
+"""The installed release, for `--version` and the webhook's User-Agent."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("bastion")  # the distribution that ships both packages
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+unknown"

@@ -1,0 +1,54 @@
+"""The DATA phase reader: message bytes up to CRLF.CRLF, dot-unstuffed, with line and size limits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from mailrelay.smtp import _replies as r
+from mailrelay.smtp._replies import Reply
+
+TERMINATOR = b".\r\n"
+
+
+async def read_message(
+    reader: asyncio.StreamReader, *, max_size: int, on_line: Callable[[], None] = lambda: None
+) -> bytes | Reply:
+    """Read the message up to CRLF.CRLF, undoing dot-stuffing (RFC 5321 4.5.2).
+
+    Only CRLF "." CRLF ends the data; a bare LF "." LF does not (no SMTP smuggling). Lines longer than
+    the reader's limit and messages over `max_size` are read to the end (RFC 5321 4.2.5 wants the
+    reply after the data) but not kept: the returned Reply says which limit was hit. `on_line` is
+    called for every line received, so the caller can tell an idle client from a slow upload.
+    """
+    lines: list[bytes] = []
+    size = 0
+    failure: Reply | None = None
+    in_long_line = False
+    while True:
+        try:
+            line = await reader.readuntil(b"\r\n")
+        except asyncio.LimitOverrunError as exc:
+            await reader.read(exc.consumed)
+            in_long_line = True
+            failure = failure or r.DATA_LINE_TOO_LONG
+            lines.clear()
+            on_line()
+            continue
+        on_line()
+        if in_long_line:
+            in_long_line = False  # the tail of an over-long line, never the terminator
+            continue
+        if line == TERMINATOR:
+            break
+        if line.startswith(b"."):
+            line = line[1:]
+        size += len(line)
+        if failure is None and size > max_size:
+            failure = r.MESSAGE_TOO_LARGE
+            lines.clear()
+        if failure is None:
+            lines.append(line)
+    if failure is not None:
+        return failure
+    return b"".join(lines)

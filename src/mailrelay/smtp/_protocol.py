@@ -1,0 +1,422 @@
+"""One SMTP connection: aiosmtpd's protocol subclassed for the spec's exact replies.
+
+aiosmtpd keeps the transport plumbing (stream reader, STARTTLS transport switch, address parsing);
+the command loop, every command handler and the DATA phase are ours, because their reply texts
+and several behaviours differ from the spec (a second STARTTLS breaks stock aiosmtpd's connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.sslproto as sslproto
+import ssl
+from collections.abc import Awaitable, Callable
+
+import structlog
+from aiosmtpd.smtp import SMTP
+
+from mailrelay.smtp import _replies as r
+from mailrelay.smtp._data import read_message
+from mailrelay.smtp._hub import ConnectionHub
+from mailrelay.smtp._paths import check_mail_parameters, parse_path, printable_domain, strip_keyword
+from mailrelay.smtp._replies import Reply
+from mailrelay.smtp._session import (
+    ALLOWED_STATES,
+    Envelope,
+    EnvelopeHandler,
+    Event,
+    SenderPolicy,
+    Session,
+    SmtpOptions,
+    SmtpState,
+)
+
+COMMAND_LINE_LIMIT = 512  # RFC 5321 4.5.3.1.4, verb and CRLF included
+MAIL_PARAMETER_ALLOWANCE = 64  # RFC 1870 SIZE=, RFC 6152 BODY=, RFC 6531 SMTPUTF8 extend MAIL's line
+TEXT_LINE_LIMIT = 1001  # RFC 5321 4.5.3.1.6: 998 octets + CRLF, plus one transparency dot
+MAX_BAD_COMMANDS = 10  # unrecognized or malformed commands before the connection is dropped
+log = structlog.get_logger("mailrelay.smtp")
+
+
+class RelaySMTP(SMTP):
+    """One SMTP connection. Replies come from `mailrelay.smtp._replies`; each command is a small
+    method in `self._commands`; state changes go through `Session.apply` (the state table)."""
+
+    def __init__(
+        self,
+        *,
+        options: SmtpOptions,
+        handler: EnvelopeHandler,
+        hub: ConnectionHub,
+        tls_context: ssl.SSLContext | None,
+        sender_policy: SenderPolicy | None = None,
+    ) -> None:
+        self.options = options
+        self.hub = hub
+        self.envelope_handler = handler
+        self.sender_policy = sender_policy
+        self.relay_session = Session(peer_ip="")
+        self._admitted = False
+        self._lost = False
+        self._delivering = False
+        self._last_activity = 0.0
+        super().__init__(
+            None,
+            data_size_limit=options.max_message_size,
+            enable_SMTPUTF8=True,
+            decode_data=False,
+            hostname=r.SERVER_NAME,
+            ident="SMTP Server Ready",
+            tls_context=tls_context,
+            timeout=options.idle_timeout,
+            loop=asyncio.get_running_loop(),
+        )
+        self._commands: dict[str, Callable[[str | None], Awaitable[None]]] = {
+            "EHLO": self._ehlo,
+            "HELO": self._helo,
+            "STARTTLS": self._starttls,
+            "MAIL": self._mail,
+            "RCPT": self._rcpt,
+            "DATA": self._data,
+            "RSET": self._rset,
+            "NOOP": self._noop,
+            "QUIT": self._quit,
+            "VRFY": self._vrfy,
+            "HELP": self._help,
+            "EXPN": self._not_implemented,
+        }
+
+    line_length_limit = TEXT_LINE_LIMIT
+
+    @property
+    def busy(self) -> bool:
+        """Inside DATA or waiting for the webhook: a session that shutdown lets finish."""
+        return self._delivering or self.relay_session.state is SmtpState.DATA
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        tls_switch = self._original_transport is not None and self.transport is not None
+        super().connection_made(transport)
+        if tls_switch:
+            # RFC 3207 4.2: forget everything learnt before TLS; the client must EHLO again
+            self.relay_session.tls = True
+            self.relay_session.helo = None
+            self.relay_session.extended = False
+            self.relay_session.new_envelope()
+            self.relay_session.apply(Event.TLS_STARTED)
+            return
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.relay_session = Session(peer_ip=str(peer[0]), peer_port=int(peer[1]))
+        else:
+            self.relay_session = Session(peer_ip="unknown")
+
+    def eof_received(self) -> bool:
+        """The client closed its sending side. Stock aiosmtpd cancels the session here, which drops
+        the replies to commands already received (even the 250 of a message it goes on to deliver);
+        instead the reader sees EOF after the buffered commands, and they are all answered."""
+        self._reader.feed_eof()
+        # a plain transport stays open so the replies can be written; TLS cannot half-close
+        return self._tls_protocol is None
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        if self._admitted:
+            self.hub.release(self, self.relay_session.peer_ip)
+        super().connection_lost(error)
+
+    def close_with(self, reply: Reply) -> None:
+        """Send a final reply (421 ...) and close, from outside the command loop."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(reply.line())
+        self._close()
+
+    def _touch(self) -> None:
+        self._last_activity = self.loop.time()
+
+    def _timeout_cb(self) -> None:
+        if self._delivering:  # the client is waiting for us, not idle
+            self._reset_timeout()
+            return
+        remaining = self._last_activity + self._timeout_duration - self.loop.time()
+        if self.relay_session.state is SmtpState.DATA and remaining > 0:
+            self._reset_timeout(remaining)
+            return
+        log.info("smtp_idle_timeout", peer=self.relay_session.peer_ip)
+        self.close_with(r.IDLE_TIMEOUT)
+
+    async def _push(self, reply: Reply) -> None:
+        await self.push(str(reply))
+
+    async def _push_lines(self, lines: list[str]) -> None:
+        self._writer.write("".join(f"{line}\r\n" for line in lines).encode("utf-8"))
+        await self._writer.drain()
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        if self._original_transport is not None:
+            # A TLS close waits for the client's close_notify (up to 30 s), which an idle or hostile
+            # client never sends; the reply and our close_notify are already queued on the socket
+            # below, so close it too: the session (and its per-IP slot) ends now, not 30 s later.
+            self._original_transport.close()
+
+    async def _handle_client(self) -> None:
+        session = self.relay_session
+        refusal = self.hub.admit(self, session.peer_ip)
+        if refusal is not None:
+            log.warning("smtp_too_many_connections", peer=session.peer_ip, reply=refusal.code)
+            self.close_with(refusal)
+            return
+        self._admitted = True
+        if self.hub.shutting_down:
+            self.close_with(r.SHUTTING_DOWN)
+            return
+        log.debug("smtp_connected", peer=session.peer_ip)
+        try:
+            await self._push(r.GREETING)
+            while self.transport is not None and not self.transport.is_closing():
+                line = await self._read_command_line()
+                if line is None:
+                    await self._bad_command(r.COMMAND_TOO_LONG)
+                    continue
+                try:
+                    await self._dispatch(line)
+                except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+                    raise
+                except Exception:  # a bug must cost one command, not the session or the process
+                    log.exception("smtp_command_failed", peer=session.peer_ip)
+                    await self._push(r.LOCAL_ERROR)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            log.debug("smtp_connection_dropped", peer=session.peer_ip)
+            self._close()
+        except asyncio.CancelledError:
+            self._close()
+            raise
+
+    async def _read_command_line(self) -> bytes | None:
+        """One command line without its line ending; None when it was longer than the stream limit."""
+        try:
+            line = await self._reader.readuntil()
+        except asyncio.LimitOverrunError as exc:
+            await self._reader.read(exc.consumed)
+            while True:  # discard the rest of the over-long line
+                try:
+                    await self._reader.readuntil()
+                    return None
+                except asyncio.LimitOverrunError as more:
+                    await self._reader.read(more.consumed)
+        return line.rstrip(b"\r\n")
+
+    async def _dispatch(self, line: bytes) -> None:
+        verb_bytes, _, arg_bytes = line.partition(b" ")
+        try:
+            verb = verb_bytes.decode("ascii").upper()
+        except UnicodeDecodeError:
+            await self._bad_command(r.UNRECOGNIZED_COMMAND)
+            return
+        limit = COMMAND_LINE_LIMIT + (MAIL_PARAMETER_ALLOWANCE if verb in ("MAIL", "RCPT") else 0)
+        if len(line) + 2 > limit:
+            await self._bad_command(r.COMMAND_TOO_LONG)
+            return
+        command = self._commands.get(verb)
+        if command is None or not verb:
+            await self._bad_command(r.UNRECOGNIZED_COMMAND)
+            return
+        arg_bytes = arg_bytes.strip()
+        arg = arg_bytes.decode("utf-8", "surrogateescape") if arg_bytes else None
+        self._reset_timeout()
+        allowed = ALLOWED_STATES.get(verb)
+        if verb != "STARTTLS" and allowed is not None and self.relay_session.state not in allowed:
+            await self._push(r.BAD_SEQUENCE)
+            return
+        await command(arg)
+
+    async def _bad_command(self, reply: Reply) -> None:
+        self.relay_session.bad_commands += 1
+        if self.relay_session.bad_commands > MAX_BAD_COMMANDS:
+            log.warning("smtp_too_many_bad_commands", peer=self.relay_session.peer_ip)
+            self.close_with(r.TOO_MANY_BAD_COMMANDS)
+            return
+        await self._push(reply)
+
+    async def _ehlo(self, arg: str | None) -> None:
+        session = self.relay_session
+        domain = printable_domain(arg)
+        session.helo = domain
+        session.extended = True
+        session.new_envelope()
+        session.apply(Event.HELLO)
+        offer_tls = self.tls_context is not None and self._tls_protocol is None
+        await self._push_lines(
+            r.ehlo_lines(domain=domain, size_limit=self.options.max_message_size, offer_starttls=offer_tls)
+        )
+
+    async def _helo(self, arg: str | None) -> None:
+        session = self.relay_session
+        session.helo = printable_domain(arg)
+        session.extended = False
+        session.new_envelope()
+        session.apply(Event.HELLO)
+        await self._push(r.HELO_OK)
+
+    async def _starttls(self, arg: str | None) -> None:
+        # "TLS already active" wins over the state check: the spec's row applies in any state
+        if self._tls_protocol is not None:
+            await self._push(r.STARTTLS_ALREADY_ACTIVE)
+            return
+        if self.relay_session.state is not SmtpState.GREETED:
+            await self._push(r.BAD_SEQUENCE)
+            return
+        if arg:
+            await self._push(r.SYNTAX_ERROR)
+            return
+        if self.tls_context is None:
+            await self._push(r.TLS_NOT_AVAILABLE)
+            return
+        await self._push(r.STARTTLS_GO_AHEAD)
+        # The handshake below mirrors aiosmtpd's smtp_STARTTLS: wrap the raw transport in an
+        # SSLProtocol whose app side is this protocol; connection_made() runs again once it is up.
+        waiter = self.loop.create_future()
+        self._tls_protocol = sslproto.SSLProtocol(self.loop, self, self.tls_context, waiter, server_side=True)
+        self._original_transport = self.transport
+        assert self._original_transport is not None
+        self._original_transport.set_protocol(self._tls_protocol)
+        self.transport = self._tls_protocol._app_transport
+        self._tls_protocol.connection_made(self._original_transport)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("smtp_tls_handshake_failed", peer=self.relay_session.peer_ip, error=type(exc).__name__)
+            self._original_transport.close()
+            self.connection_lost(exc)
+
+    async def _mail(self, arg: str | None) -> None:
+        session = self.relay_session
+        path = strip_keyword("FROM:", arg)
+        if path is None or not path.strip():
+            await self._push(r.MAIL_FROM_SYNTAX)
+            return
+        address, rest = parse_path(path)
+        if address is None or not address:
+            await self._push(r.MAIL_FROM_SYNTAX)
+            return
+        if address == "<>":
+            address = ""  # the null reverse-path of bounces (RFC 5321 4.5.5) is accepted
+        options = (rest or "").upper().split()
+        if options and not session.extended:
+            await self._push(r.MAIL_FROM_SYNTAX)
+            return
+        problem = check_mail_parameters(options, max_message_size=self.options.max_message_size)
+        if problem is not None:
+            await self._push(problem)
+            return
+        if self.sender_policy is not None:
+            refusal = await self.sender_policy.check_sender(
+                peer_ip=session.peer_ip, helo=session.helo or "", mail_from=address, tls=session.tls
+            )
+            if refusal is not None:
+                await self._push(refusal)
+                return
+        session.envelope.mail_from = address
+        session.envelope.mail_options = options
+        session.envelope.smtp_utf8 = "SMTPUTF8" in options
+        session.apply(Event.SENDER_ACCEPTED)
+        await self._push(r.OK)
+
+    async def _rcpt(self, arg: str | None) -> None:
+        session = self.relay_session
+        path = strip_keyword("TO:", arg)
+        if path is None or not path.strip():
+            await self._push(r.RCPT_TO_SYNTAX)
+            return
+        address, rest = parse_path(path)
+        if not address or address == "<>":
+            await self._push(r.RCPT_TO_SYNTAX)
+            return
+        if rest and rest.strip():
+            await self._push(r.PARAMETERS_NOT_IMPLEMENTED if session.extended else r.RCPT_TO_SYNTAX)
+            return
+        if address.lower() in self.options.targets:
+            if address.lower() not in (a.lower() for a in session.envelope.recipients):
+                session.envelope.recipients.append(address)
+            session.apply(Event.RECIPIENT_ACCEPTED)
+            await self._push(r.OK)
+            return
+        session.unknown_recipients += 1
+        if session.unknown_recipients > self.options.max_unknown_recipients:
+            log.warning("smtp_too_many_unknown_recipients", peer=session.peer_ip)
+            self.close_with(r.TOO_MANY_UNKNOWN_RCPTS)
+            return
+        session.envelope.recipients.clear()
+        session.apply(Event.RECIPIENT_UNKNOWN)
+        await self._push(r.NO_SUCH_USER)
+
+    async def _data(self, arg: str | None) -> None:
+        session = self.relay_session
+        if arg:
+            await self._push(r.SYNTAX_ERROR)
+            return
+        session.apply(Event.DATA_STARTED)
+        await self._push(r.START_MAIL_INPUT)
+        content = await read_message(self._reader, max_size=self.options.max_message_size, on_line=self._touch)
+        envelope = session.envelope
+        session.new_envelope()
+        if isinstance(content, Reply):
+            session.apply(Event.DATA_FINISHED)
+            await self._push(content)
+            return
+        envelope.content = content
+        session.messages += 1
+        reply = await self._deliver(envelope)
+        session.apply(Event.DATA_FINISHED)
+        await self._push(reply)
+        if self.hub.shutting_down:
+            self.close_with(r.SHUTTING_DOWN)
+
+    async def _deliver(self, envelope: Envelope) -> Reply:
+        self._delivering = True
+        # Shielded: a client that hangs up after the final dot does not cut a POST in half.
+        task = asyncio.ensure_future(self._handle_envelope(envelope))
+        self.hub.track(task)
+        try:
+            return await asyncio.shield(task)
+        finally:
+            self._delivering = False
+
+    async def _handle_envelope(self, envelope: Envelope) -> Reply:
+        try:
+            return await self.envelope_handler.handle_envelope(envelope, self.relay_session)
+        except Exception:
+            log.exception("message_handler_failed", peer=self.relay_session.peer_ip)
+            return r.LOCAL_ERROR
+
+    async def _rset(self, arg: str | None) -> None:
+        if arg:
+            await self._push(r.SYNTAX_ERROR)
+            return
+        self.relay_session.new_envelope()
+        self.relay_session.apply(Event.RESET)
+        await self._push(r.OK)
+
+    async def _noop(self, arg: str | None) -> None:
+        await self._push(r.OK)  # RFC 5321 4.1.1.9: a parameter is ignored
+
+    async def _quit(self, arg: str | None) -> None:
+        await self._push(r.BYE)
+        self._close()
+
+    async def _vrfy(self, arg: str | None) -> None:
+        await self._push(r.CANNOT_VRFY if arg else r.SYNTAX_ERROR)
+
+    async def _help(self, arg: str | None) -> None:
+        await self._push(r.HELP)
+
+    async def _not_implemented(self, arg: str | None) -> None:
+        await self._push(r.NOT_IMPLEMENTED)

@@ -1,0 +1,366 @@
+"""The listener: the first-bytes sniffer (HTTP/1.1 to uvicorn, HTTP/2 preface to gRPC) and its limits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from uvicorn.server import ServerState
+
+from bastion import Service, load_settings
+from bastion import _listener as server_module
+from bastion._listener import (
+    GOAWAY_PROTOCOL_ERROR,
+    H2_PREFACE,
+    HEADERS_TOO_LARGE_RESPONSE,
+    TOO_MANY_CONNECTIONS_RESPONSE,
+    ListenerLimits,
+    SniffingProtocol,
+)
+from bastion._runner import uvicorn_config
+from tests.conftest import TOKEN_OFF
+
+SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+# The listener's own answers, byte for byte (the e2e tests compare against these too).
+HEADERS_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"content-type: application/json\r\n"
+    b"content-length: 83\r\n"
+    b"connection: close\r\n"
+    b"\r\n"
+    b'{"error":"Request header fields too large","code":"HEADERS_TOO_LARGE","status":431}'
+)
+TOO_MANY_CONNECTIONS = (
+    b"HTTP/1.1 503 Service Unavailable\r\n"
+    b"content-type: application/json\r\n"
+    b"content-length: 95\r\n"
+    b"retry-after: 1\r\n"
+    b"connection: close\r\n"
+    b"\r\n"
+    b'{"error":"Service unavailable: too many connections","code":"SERVICE_UNAVAILABLE","status":503}'
+)
+# Small limits so that the cases stay small and fast.
+LIMITS_ENV = {
+    "SERVICE_MAX_HEADER_BYTES": "2048",
+    "SERVICE_MAX_HEADERS": "10",
+    "SERVICE_HEADER_READ_TIMEOUT_SECS": "0.3",
+}
+
+
+def app_service() -> Service:
+    service = Service("sniff")
+    service.version(1).get("/x")(lambda: {"ok": True})
+    return service
+
+
+class Listener:
+    """Starts servers of a sniffing protocol on loopback (all share one uvicorn ``ServerState``) and opens
+    client connections to them; the fixture closes both."""
+
+    def __init__(self) -> None:
+        self.state = ServerState()
+        self.servers: list[asyncio.Server] = []
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def __call__(
+        self, protocol: type[SniffingProtocol], *, environ: dict[str, str] | None = None
+    ) -> asyncio.Server:
+        settings = load_settings(environ={**TOKEN_OFF, **(environ or {})})
+        config = uvicorn_config(app_service().build(settings), settings, host="127.0.0.1", port=0)
+        config.load()
+        server = await asyncio.get_running_loop().create_server(
+            lambda: protocol(config=config, server_state=self.state, app_state={}), "127.0.0.1", 0
+        )
+        self.servers.append(server)
+        return server
+
+    async def connect(self, server: asyncio.Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+        self.writers.append(writer)
+        return reader, writer
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Listener]:
+    listener = Listener()
+    yield listener
+    for writer in listener.writers:
+        await close(writer)
+    for server in listener.servers:
+        server.close()
+    for connection in list(listener.state.connections):
+        connection.shutdown()
+    for server in listener.servers:
+        await server.wait_closed()
+
+
+def port_of(server: asyncio.Server) -> int:
+    return int(server.sockets[0].getsockname()[1])
+
+
+async def close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError):  # the server may have reset a socket the test still wrote to
+        await writer.wait_closed()
+
+
+async def exchange(port: int, payload: bytes, *, pause_after: int | None = None) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        if pause_after is None:
+            writer.write(payload)
+        else:
+            writer.write(payload[:pause_after])
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(payload[pause_after:])
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(65536), timeout=10)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_http11_goes_to_uvicorn(serve: Listener) -> None:
+    server = await serve(SniffingProtocol)
+    reply = await exchange(port_of(server), b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200")
+    assert reply.endswith(b'{"ok":true}')
+
+
+async def test_request_split_inside_the_sniffed_prefix(serve: Listener) -> None:
+    """'P' could start POST or PRI: the sniffer waits for the next byte, then hands over everything."""
+    server = await serve(SniffingProtocol)
+    reply = await exchange(
+        port_of(server), b"PUT /api/v1/x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", pause_after=1
+    )
+    assert reply.startswith(b"HTTP/1.1 405")
+
+
+async def test_http2_preface_is_closed_without_grpc(serve: Listener) -> None:
+    server = await serve(SniffingProtocol)
+    assert await exchange(port_of(server), H2_PREFACE + SETTINGS_FRAME) == b""
+
+
+async def test_http2_preface_goes_to_the_h2_factory(serve: Listener) -> None:
+    received: list[bytes] = []
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            received.append(data)
+            self.transport.write(b"h2:" + data)  # type: ignore[attr-defined]
+            self.transport.close()
+
+    class WithH2(SniffingProtocol):
+        h2_protocol_factory = Echo
+
+    server = await serve(WithH2)
+    reply = await exchange(port_of(server), H2_PREFACE + SETTINGS_FRAME, pause_after=10)
+    assert reply == b"h2:" + H2_PREFACE + SETTINGS_FRAME
+    assert received == [H2_PREFACE + SETTINGS_FRAME]
+
+
+async def test_garbage_after_the_preface_gets_goaway_and_close(serve: Listener) -> None:
+    class WithH2(SniffingProtocol):
+        h2_protocol_factory = asyncio.Protocol
+
+    server = await serve(WithH2)
+    for garbage in (b"\xff" * 64, b"\x00\x00\x04\x01\x00\x00\x00\x00\x01abcd", b"garbage-garbage"):
+        assert await exchange(port_of(server), H2_PREFACE + garbage) == GOAWAY_PROTOCOL_ERROR
+
+
+async def test_half_sent_preface_then_silence_is_closed(serve: Listener, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_module, "SNIFF_TIMEOUT_SECS", 0.2)
+    server = await serve(SniffingProtocol)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+    writer.write(H2_PREFACE[:10])
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(1024), timeout=10) == b""
+    writer.close()
+    await writer.wait_closed()
+
+
+def head_of_size(size: int, *, path: bytes = b"/api/v1/x") -> bytes:
+    """A canonical GET head of exactly ``size`` bytes (request line, two headers, final CRLF)."""
+    start = b"GET " + path + b" HTTP/1.1\r\nHost: t\r\nX-Pad: "
+    return start + b"a" * (size - len(start) - 4) + b"\r\n\r\n"
+
+
+async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
+    return await asyncio.wait_for(reader.read(), timeout=10)
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    """Poll for up to 10 s: uvicorn's connection set has no event to wait on."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached within 10 s")
+
+
+def test_431_response_is_the_error_shape_with_connection_close() -> None:
+    assert HEADERS_TOO_LARGE_RESPONSE == HEADERS_TOO_LARGE
+
+
+def test_connection_refusal_is_a_503_in_the_error_shape() -> None:
+    assert TOO_MANY_CONNECTIONS_RESPONSE == TOO_MANY_CONNECTIONS
+
+
+def test_uvicorn_config_carries_the_listener_limits() -> None:
+    settings = load_settings(
+        environ={
+            **TOKEN_OFF,
+            **LIMITS_ENV,
+            "SERVICE_KEEP_ALIVE_TIMEOUT_SECS": "1.5",
+            "SERVICE_MAX_CONNECTIONS": "7",
+        }
+    )
+    config = uvicorn_config(app_service().build(settings), settings, host="127.0.0.1", port=0)
+    assert config.limits == ListenerLimits(  # type: ignore[attr-defined]
+        max_header_bytes=2048, max_headers=10, header_read_timeout_secs=0.3, max_connections=7
+    )
+    assert config.timeout_keep_alive == math.ceil(1.5)
+    assert config.limit_concurrency is None
+
+
+async def test_head_of_exactly_max_header_bytes_is_served(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ=LIMITS_ENV)
+    reader, writer = await serve.connect(server)
+    writer.write(head_of_size(2048))
+    reply = await asyncio.wait_for(reader.readuntil(b'{"ok":true}'), timeout=10)
+    assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_head_one_byte_over_max_header_bytes_gets_431_and_close(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ=LIMITS_ENV)
+    reader, writer = await serve.connect(server)
+    writer.write(head_of_size(2049))
+    assert await read_to_eof(reader) == HEADERS_TOO_LARGE
+
+
+async def test_long_request_target_counts_toward_max_header_bytes(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ=LIMITS_ENV)
+    reader, writer = await serve.connect(server)
+    writer.write(b"GET /api/v1/x?q=" + b"a" * 2100 + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert await read_to_eof(reader) == HEADERS_TOO_LARGE
+
+
+async def test_max_headers_headers_are_served(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ=LIMITS_ENV)
+    reader, writer = await serve.connect(server)
+    headers = b"".join(b"X-%d: v\r\n" % i for i in range(8))  # with Host and Connection: 10
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\n" + headers + b"Connection: close\r\n\r\n")
+    reply = await read_to_eof(reader)
+    assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_one_header_more_than_max_headers_gets_431(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ=LIMITS_ENV)
+    reader, writer = await serve.connect(server)
+    headers = b"".join(b"X-%d: v\r\n" % i for i in range(10))  # with Host: 11
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\n" + headers + b"\r\n")
+    assert await read_to_eof(reader) == HEADERS_TOO_LARGE
+
+
+async def test_unfinished_header_is_refused_once_its_bytes_pass_the_limit(serve: Listener) -> None:
+    """The header line never ends: the bytes received, not the parsed header, trigger the 431."""
+    server = await serve(SniffingProtocol, environ=LIMITS_ENV)
+    reader, writer = await serve.connect(server)
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\nX-Big: ")
+    await writer.drain()
+    for _ in range(3):
+        writer.write(b"a" * 1000)
+        await writer.drain()
+        await asyncio.sleep(0.02)
+    assert await read_to_eof(reader) == HEADERS_TOO_LARGE
+
+
+async def test_431_for_a_pipelined_head_follows_the_earlier_response(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ=LIMITS_ENV)
+    reader, writer = await serve.connect(server)
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\n\r\n" + head_of_size(4000))
+    reply = await read_to_eof(reader)
+    first, _, rest = reply.partition(b'{"ok":true}')
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert rest == HEADERS_TOO_LARGE
+
+
+async def test_half_sent_head_is_closed_after_header_read_timeout(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ=LIMITS_ENV)
+    reader, writer = await serve.connect(server)
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\nX-Slow: abc")
+    assert await read_to_eof(reader) == b""
+
+
+async def test_trickled_head_is_closed_at_its_deadline_not_kept_alive_by_each_byte(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ=LIMITS_ENV)
+    reader, writer = await serve.connect(server)
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while not reader.at_eof():
+        assert loop.time() < deadline, "the trickled head was never closed"
+        writer.write(b"a")
+        try:
+            assert await asyncio.wait_for(reader.read(1024), timeout=0.05) == b""
+        except TimeoutError:
+            continue
+
+
+async def test_silent_connection_is_closed_after_header_read_timeout(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ=LIMITS_ENV)
+    reader, _ = await serve.connect(server)
+    assert await read_to_eof(reader) == b""
+
+
+async def test_second_request_on_a_kept_alive_connection_has_a_header_deadline(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ={**LIMITS_ENV, "SERVICE_KEEP_ALIVE_TIMEOUT_SECS": "60"})
+    reader, writer = await serve.connect(server)
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\n\r\n")
+    first = await asyncio.wait_for(reader.readuntil(b'{"ok":true}'), timeout=10)
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"connection: close" not in first
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\nX-Slow: abc")
+    assert await read_to_eof(reader) == b""
+
+
+async def test_connection_over_max_connections_gets_503_until_one_closes(serve: Listener) -> None:
+    server = await serve(SniffingProtocol, environ={"SERVICE_MAX_CONNECTIONS": "2"})
+    port = port_of(server)
+    held = [await serve.connect(server), await serve.connect(server)]
+    await wait_until(lambda: len(serve.state.connections) == 2)
+    reader, writer = await serve.connect(server)
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert await read_to_eof(reader) == TOO_MANY_CONNECTIONS
+    for _, held_writer in held:
+        await close(held_writer)
+    await wait_until(lambda: not serve.state.connections)
+    reply = await exchange(port, b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_http2_preface_over_max_connections_is_closed(serve: Listener) -> None:
+    class WithH2(SniffingProtocol):
+        h2_protocol_factory = asyncio.Protocol
+
+    server = await serve(WithH2, environ={"SERVICE_MAX_CONNECTIONS": "1"})
+    port = port_of(server)
+    await serve.connect(server)
+    await wait_until(lambda: len(serve.state.connections) == 1)
+    assert await exchange(port, H2_PREFACE + SETTINGS_FRAME) == b""
+
+
+async def test_shutdown_closes_connections_still_being_sniffed(serve: Listener) -> None:
+    server = await serve(SniffingProtocol)
+    reader, _ = await serve.connect(server)
+    await wait_until(lambda: len(serve.state.connections) == 1)
+    for connection in list(serve.state.connections):
+        connection.shutdown()
+    assert await read_to_eof(reader) == b""
