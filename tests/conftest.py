@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -53,6 +54,7 @@ class BastionProcess:
             env=full_env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: --workers children are stopped with it
         )
 
     def wait_ready(self) -> None:
@@ -80,6 +82,7 @@ class BastionProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Signal the process (``sig``), wait, then SIGKILL its whole process group: no worker outlives it."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -87,6 +90,8 @@ class BastionProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group id is the process's own pid
         self._log.close()
         return self.proc.returncode
 

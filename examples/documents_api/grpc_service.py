@@ -8,6 +8,7 @@ from typing import Any
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from bastion import NotFound
 from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
 from examples.documents_api.proto.documents.v1.documents_grpc import DocumentServiceBase
 from examples.documents_api.store import Document, DocumentStore
@@ -45,7 +46,7 @@ class DocumentService(DocumentServiceBase):
         request = await stream.recv_message()
         doc = self.store.get(request.user_id, request.doc_id)
         if doc is None:
-            raise GRPCError(Status.NOT_FOUND, "Document not found")
+            raise NotFound("Document not found")  # a Bastion error: the guard sends its gRPC status, NOT_FOUND
         await stream.send_message(to_message(doc))
 
     async def WatchDocuments(self, stream: Any) -> None:

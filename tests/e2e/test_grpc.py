@@ -123,6 +123,16 @@ def test_policy_deny_is_permission_denied(channel: grpc.Channel, minter: TokenMi
     assert admin.owner_id == "bob"
 
 
+def test_bastion_error_in_a_handler_keeps_its_status(channel: grpc.Channel, minter: TokenMinter) -> None:
+    """The handler raises bastion.NotFound: the call ends NOT_FOUND with its message, never INTERNAL."""
+    stub = pb_grpc.DocumentServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.GetDocument(
+            pb.GetDocumentRequest(user_id="alice", doc_id="missing"), metadata=auth(minter, "alice"), timeout=10
+        )
+    assert (info.value.code(), info.value.details()) == (grpc.StatusCode.NOT_FOUND, "Document not found")
+
+
 def test_deadline_exceeded(channel: grpc.Channel, minter: TokenMinter) -> None:
     stub = pb_grpc.DocumentServiceStub(channel)
     with pytest.raises(grpc.RpcError) as info:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 from bastion.errors import BadRequest
 from bastion.types import ASGIApp, Receive, Scope, Send
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 def canonical_path(path: str) -> str:
@@ -13,7 +17,7 @@ def canonical_path(path: str) -> str:
     decoded again (double decoding is how ``%252e%252e`` tricks work). Raises BadRequest for a path that is
     not absolute or contains control characters.
     """
-    if not path.startswith("/") or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+    if not path.startswith("/") or _CONTROL.search(path) is not None:
         raise BadRequest("Invalid request path")
     if "//" not in path and "/." not in path:
         return path
