@@ -29,6 +29,7 @@ from bastion.config import Settings
 from bastion.errors import ConfigError
 from bastion.policy._engine import LoadedPolicies
 from bastion.policy._routes import reload_policy_route
+from bastion.resilience._layer import layers_from
 from bastion.routing._fallback import Dispatcher
 from bastion.routing._resolve import RouteEntry, RouteTable
 from bastion.routing._versioned import ApiVersion
@@ -61,6 +62,7 @@ class BastionApp:
         self.policy = self.security.policy
         self.token_auth = self.security.token_auth
         self.rate_limiting = self.security.rate_limiting
+        self.resilience = layers_from(parts.resilience, settings.middleware.resilience)
         self._check_grpc_layers()
         self._watcher: asyncio.Task[None] | None = None
         self.grpc: Any = None  # bastion.grpc._server.GrpcServer once started
@@ -112,6 +114,7 @@ class BastionApp:
             token_auth=self.token_auth,
             rate_limit=self.rate_limiting,
             policy=self.policy,
+            resilience=[(layer.name, layer) for layer in self.resilience],
             operator=parts.slots,
         )
         self.stack = assemble(self.steps, dispatcher)
@@ -133,6 +136,7 @@ class BastionApp:
         return self.security.posture(
             custom_layers={slot.value: len(self.parts.slots.get(slot, ())) for slot in Slot},
             grpc_services=len(self.parts.grpc_services),
+            resilience=self.resilience,
         )
 
     def reload_policies(self) -> LoadedPolicies:

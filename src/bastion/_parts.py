@@ -14,14 +14,19 @@ from starlette.routing import BaseRoute
 
 from bastion._health import ReadinessCheck
 from bastion.policy import Normalizer, ResourceExtractor
+from bastion.resilience._layer import ResilienceSpec
 from bastion.routing import VersionedApi
 from bastion.types import ASGIApp, Scope
 
 Layer = Callable[[ASGIApp], ASGIApp]
 """``app -> app``: an ASGI middleware factory (``functools.partial(SomeMiddleware, option=...)``)."""
 Hook = Callable[[], Awaitable[None]]
-GrpcHook = Callable[[Scope], Awaitable[None]]
-"""``async hook(scope)`` run for every gRPC call at a layer's position; it rejects by raising a BastionError.
+GrpcFinish = Callable[[str | None], Awaitable[None]]
+"""Called when a gRPC call is over with its status name (``"OK"``, ``"INTERNAL"``, ...), or ``None`` when its
+handler never ran (a later step refused the call)."""
+GrpcHook = Callable[[Scope], Awaitable[GrpcFinish | None]]
+"""``async hook(scope)`` run for every gRPC call at a layer's position; it rejects by raising a BastionError and
+may return a function to be called with the call's outcome (:data:`GrpcFinish`).
 
 The scope has ``type`` ``"grpc"``, ``method`` ``"POST"``, ``path`` ``/pkg.Service/Method``, ``headers`` (the
 call's metadata, lower-case names, latin-1 bytes), ``client`` and the request id; a token hook may write
@@ -72,3 +77,4 @@ class ServiceParts:
     normalizer: Normalizer | None
     grpc_services: tuple[Any, ...]
     grpc_extractors: Mapping[str, GrpcExtractor]
+    resilience: tuple[ResilienceSpec, ...] = ()

@@ -19,7 +19,8 @@ is switched off is simply not in the list: there is no other way to turn a layer
     token_auth          401; then the operator's Slot.TOKEN_AUTH layers               (a key in [token])
     rate_limit          429; then the operator's Slot.RATE_LIMIT layers               ([rate_limit])
     policy              403; then the operator's Slot.POLICY layers                   (a policy_path in [policy])
-    resilience          the operator's Slot.RESILIENCE layers (bulkhead inside breaker -> 503)
+    resilience          one step per service.use_resilience(...) (bulkhead inside breaker -> 503); then the
+                        operator's Slot.RESILIENCE layers
     (dispatch)          /health, /ready, versioned routes, frontend routes, fallback
 """
 
@@ -32,7 +33,7 @@ from typing import Protocol
 
 from opentelemetry.metrics import Counter
 
-from bastion._parts import GrpcHook, Layer, Slot, SlotUse
+from bastion._parts import GrpcFinish, GrpcHook, Layer, Slot, SlotUse
 from bastion.config import Settings
 from bastion.middleware._access_log import AccessLogMiddleware
 from bastion.middleware._compression import CompressionMiddleware
@@ -49,11 +50,12 @@ from bastion.types import ASGIApp, Scope
 
 
 class Capability(Protocol):
-    """A built-in security capability: its HTTP/WebSocket layer and the same check for one gRPC call."""
+    """A built-in capability: its HTTP/WebSocket layer and the same check for one gRPC call (which may return a
+    function to be told the call's outcome)."""
 
     def layer(self, app: ASGIApp) -> ASGIApp: ...
 
-    async def check_call(self, scope: Scope) -> None: ...
+    async def check_call(self, scope: Scope) -> GrpcFinish | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +69,11 @@ class Step:
     slot: Slot | None = None
 
 
-def _slot(slot: Slot, built_in: Capability | None, operator: Mapping[Slot, Sequence[SlotUse]]) -> list[Step]:
-    steps = [] if built_in is None else [Step(slot.value, built_in.layer, built_in.check_call, slot)]
+def _slot(
+    slot: Slot, built_in: Capability | None, operator: Mapping[Slot, Sequence[SlotUse]], *, named: str | None = None
+) -> list[Step]:
+    name = slot.value if named is None else f"{slot.value}:{named}"
+    steps = [] if built_in is None else [Step(name, built_in.layer, built_in.check_call, slot)]
     uses = operator.get(slot, ())
     for number, use in enumerate(uses, start=1):
         steps.append(Step(f"{slot.value}:operator:{number}", use.layer, use.grpc, slot))
@@ -85,6 +90,7 @@ def pipeline(
     token_auth: Capability | None,
     rate_limit: Capability | None,
     policy: Capability | None,
+    resilience: Sequence[tuple[str, Capability]] = (),
     operator: Mapping[Slot, Sequence[SlotUse]],
 ) -> list[Step]:
     """The steps for these settings, outermost first (the order in the module docstring)."""
@@ -111,6 +117,7 @@ def pipeline(
         *_slot(Slot.TOKEN_AUTH, token_auth, operator),
         *_slot(Slot.RATE_LIMIT, rate_limit, operator),
         *_slot(Slot.POLICY, policy, operator),
+        *(step for name, layer in resilience for step in _slot(Slot.RESILIENCE, layer, {}, named=name)),
         *_slot(Slot.RESILIENCE, None, operator),
     ]
     return [step for step in listed if step is not None]

@@ -9,7 +9,7 @@ policy file, and compiles the rate-limit rules. :class:`Posture` is the summary 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from bastion.policy._authorizer import PolicyAuthorizer, ResourceExtractor
 from bastion.policy._normalize import Normalizer
 from bastion.ratelimit._buckets import RuleSet
 from bastion.ratelimit._setup import RateLimiting, built_in_rate_limiting
+from bastion.resilience._layer import ResilienceLayer
 
 TOKEN_NOT_CONFIGURED = (
     "token authentication has no key: set token.public_key_path, token.secret, token.key_path or "
@@ -51,17 +52,26 @@ def check_tls(settings: ServiceSettings) -> None:
         ) from None
 
 
-def not_applied(settings: Settings) -> list[tuple[str, str]]:
-    """``(key, reason)`` for settings of capabilities this release does not have: warned about, never silent."""
+def not_applied(settings: Settings, resilience: Sequence[ResilienceLayer] | None = None) -> list[tuple[str, str]]:
+    """``(key, reason)`` for settings nothing uses: warned about at start-up, never silent.
+
+    ``resilience`` is the app's layers; ``None`` when they are unknown (``bastion check-config`` has no code to
+    ask), and then the resilience keys are not judged.
+    """
     found: list[tuple[str, str]] = []
-    resilience = settings.middleware.resilience
-    for key in sorted(resilience.model_fields_set):
-        found.append(
-            (
-                f"middleware.resilience.{key}",
-                "the circuit breaker and bulkhead do not exist in this release; the key is not applied",
-            )
-        )
+    if resilience is not None:
+        has_breaker = any(layer.breaker is not None for layer in resilience)
+        has_bulkhead = any(layer.bulkhead is not None for layer in resilience)
+        for key in sorted(settings.middleware.resilience.model_fields_set):
+            used = has_breaker if key.startswith("circuit_breaker_") else has_bulkhead
+            if not used:
+                part = "circuit breaker" if key.startswith("circuit_breaker_") else "bulkhead"
+                found.append(
+                    (
+                        f"middleware.resilience.{key}",
+                        f"no resilience layer with a {part} uses it: add one with service.use_resilience()",
+                    )
+                )
     if settings.broker is not None and settings.broker.active:
         found.append(
             ("broker.url", "there is no broker client in this release: nothing connects and /ready lists no broker")
@@ -126,7 +136,13 @@ class Security:
             rate_limiting=rate_limiting,
         )
 
-    def posture(self, *, custom_layers: Mapping[str, int] | None = None, grpc_services: int = 0) -> Posture:
+    def posture(
+        self,
+        *,
+        custom_layers: Mapping[str, int] | None = None,
+        grpc_services: int = 0,
+        resilience: Sequence[ResilienceLayer] | None = None,
+    ) -> Posture:
         """What protects the service with these settings (and the operator's own layers, when known)."""
         settings = self.settings
         token, policy, limits = settings.token, settings.policy, settings.rate_limit
@@ -178,7 +194,11 @@ class Security:
             grpc_services=grpc_services,
             tls=settings.service.tls_cert_path is not None,
             custom_layers={slot: count for slot, count in (custom_layers or {}).items() if count},
-            not_applied=not_applied(settings),
+            resilience=[
+                {"name": layer.name, "breaker": layer.breaker is not None, "bulkhead": layer.bulkhead is not None}
+                for layer in resilience or ()
+            ],
+            not_applied=not_applied(settings, resilience),
         )
 
     async def aclose(self) -> None:
@@ -197,6 +217,7 @@ class Posture:
     grpc_services: int = 0
     tls: bool = False
     custom_layers: dict[str, int] = field(default_factory=dict)
+    resilience: list[dict[str, Any]] = field(default_factory=list)
     not_applied: list[tuple[str, str]] = field(default_factory=list)
 
     def fields(self) -> dict[str, Any]:
@@ -211,6 +232,8 @@ class Posture:
         }
         if self.custom_layers:
             fields["custom_layers"] = self.custom_layers
+        if self.resilience:
+            fields["resilience"] = self.resilience
         return fields
 
     def log(self) -> None:
@@ -259,6 +282,9 @@ class Posture:
             f"grpc: {self.grpc.replace('_', ' ')}",
             f"tls: {'on' if self.tls else 'off'}",
         ]
+        for layer in self.resilience:
+            parts = [part for part in ("breaker", "bulkhead") if layer[part]]
+            lines.append(f"resilience {layer['name']}: {' + '.join(parts)}")
         if self.custom_layers:
             lines.append("operator layers: " + ", ".join(f"{slot} {n}" for slot, n in self.custom_layers.items()))
         lines.extend(f"not applied: {key}: {reason}" for key, reason in self.not_applied)

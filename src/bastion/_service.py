@@ -18,6 +18,7 @@ from bastion._parts import GrpcExtractor, GrpcHook, Hook, Layer, ServiceParts, S
 from bastion.config import Settings, load_settings
 from bastion.errors import ConfigError
 from bastion.policy import Normalizer, ResourceExtractor
+from bastion.resilience._layer import ResilienceSpec
 from bastion.routing import ApiVersion, VersionedApi
 from bastion.routing._fallback import FallbackHandler, handler_app
 from bastion.types import ASGIApp
@@ -73,6 +74,7 @@ class Service:
         self._normalizer: Normalizer | None = None
         self._grpc_services: list[Any] = []
         self._grpc_extractors: dict[str, GrpcExtractor] = {}
+        self._resilience: list[ResilienceSpec] = []
 
     @_before_build
     def version(self, number: int, **kwargs: Any) -> ApiVersion:
@@ -170,6 +172,38 @@ class Service:
         self._slots[slot].append(SlotUse(layer, grpc))
 
     @_before_build
+    def use_resilience(
+        self,
+        *,
+        version: int | None = None,
+        paths: Sequence[str] = (),
+        name: str | None = None,
+        breaker: bool | None = None,
+        bulkhead: bool | None = None,
+        **overrides: Any,
+    ) -> None:
+        """Guard requests with a circuit breaker and a bulkhead (inside it) built from ``[middleware.resilience]``.
+
+        Without arguments: every versioned route and every gRPC method. ``version=N``: only that version's
+        routes; ``paths=["/api/v2/reports/*", ...]``: only those paths (or gRPC methods, ``/pkg.Service/*``).
+        Every call adds an independent layer with its own breaker and slot pool. ``breaker=False`` /
+        ``bulkhead=False`` leave a part out (the settings' ``*_enabled = false`` does so for every layer);
+        keyword overrides (``threshold``, ``min_requests``, ``wait_secs``, ``half_open_requests``,
+        ``max_concurrent``, ``max_wait``) replace the settings' values for this layer. See docs/resilience.md.
+        """
+        default = f"v{version}" if version is not None else ",".join(paths) or "default"
+        self._resilience.append(
+            ResilienceSpec(
+                name=name or default,
+                version=version,
+                paths=tuple(paths),
+                breaker=breaker,
+                bulkhead=bulkhead,
+                overrides=MappingProxyType(dict(overrides)),
+            )
+        )
+
+    @_before_build
     def on_startup(self, hook: Hook) -> Hook:
         self._startup.append(hook)
         return hook
@@ -209,4 +243,5 @@ class Service:
             normalizer=self._normalizer,
             grpc_services=tuple(self._grpc_services),
             grpc_extractors=MappingProxyType(dict(self._grpc_extractors)),
+            resilience=tuple(self._resilience),
         )

@@ -106,11 +106,27 @@ def test_operator_layers_follow_the_built_in_layer_of_their_slot(secured_env: di
     ]
 
 
+def test_resilience_layers_come_last_in_the_order_they_were_asked_for(secured_env: dict[str, str]) -> None:
+    built = service()
+    built.use(Slot.RESILIENCE, passthrough)
+    built.use_resilience(version=1)
+    built.use_resilience(paths=["/api/v1/reports/*"], name="reports")
+    assert names(secured_env, built)[len(BASE) :] == [
+        "token_auth",
+        "rate_limit",
+        "policy",
+        "resilience:v1",
+        "resilience:reports",
+        "resilience:operator:1",
+    ]
+
+
 def test_grpc_takes_its_order_from_the_same_list(secured_env: dict[str, str]) -> None:
     built = service()
     built.use(Slot.POLICY, passthrough, grpc=hook)
     built.use(Slot.TOKEN_AUTH, passthrough, grpc=hook)
     built.use(Slot.RESILIENCE, passthrough)  # no gRPC hook: HTTP only
+    built.use_resilience()
     app = built.build(load_settings(environ=secured_env))
     assert [step.name for step in grpc_steps(app.steps)] == [
         "token_auth",
@@ -118,6 +134,7 @@ def test_grpc_takes_its_order_from_the_same_list(secured_env: dict[str, str]) ->
         "rate_limit",
         "policy",
         "policy:operator:1",
+        "resilience:default",
     ]
 
 

@@ -222,23 +222,42 @@ class TestRemovedAndUnappliedKeys:
         with pytest.raises(ConfigError, match=r"unknown key 'middleware\.resilience\.circuit_breaker_treshold'"):
             load_settings(path, environ={})
 
-    def test_resilience_and_broker_settings_are_reported_as_not_applied(self, tmp_path: Path) -> None:
+    def test_resilience_settings_no_layer_uses_are_reported(self, tmp_path: Path) -> None:
         path = write(
             tmp_path,
-            "[token]\nenabled = false\n[middleware.resilience]\ncircuit_breaker_enabled = true\n"
-            '[broker]\nurl = "nats://127.0.0.1:4222"\n',
+            "[token]\nenabled = false\n[middleware.resilience]\ncircuit_breaker_threshold = 0.2\n"
+            "bulkhead_max_concurrent = 4\n",
         )
-        posture = Security.from_settings(load_settings(path, environ={}), realm="x").posture()
-        assert [key for key, _ in posture.not_applied] == [
-            "middleware.resilience.circuit_breaker_enabled",
-            "broker.url",
+        posture = notes_service().build(load_settings(path, environ={})).posture()
+        assert posture.not_applied == [
+            (
+                "middleware.resilience.bulkhead_max_concurrent",
+                "no resilience layer with a bulkhead uses it: add one with service.use_resilience()",
+            ),
+            (
+                "middleware.resilience.circuit_breaker_threshold",
+                "no resilience layer with a circuit breaker uses it: add one with service.use_resilience()",
+            ),
         ]
         with capture_logs() as logs:
             posture.log()
         assert [e["key"] for e in logs if e["event"] == "config_not_applied"] == [
-            "middleware.resilience.circuit_breaker_enabled",
-            "broker.url",
+            "middleware.resilience.bulkhead_max_concurrent",
+            "middleware.resilience.circuit_breaker_threshold",
         ]
+
+    def test_resilience_settings_a_layer_uses_are_not_reported(self, tmp_path: Path) -> None:
+        path = write(tmp_path, "[token]\nenabled = false\n[middleware.resilience]\ncircuit_breaker_threshold = 0.2\n")
+        service = notes_service()
+        service.use_resilience(bulkhead=False)
+        posture = service.build(load_settings(path, environ={})).posture()
+        assert posture.not_applied == []
+        assert posture.resilience == [{"name": "default", "breaker": True, "bulkhead": False}]
+
+    def test_broker_url_is_reported_as_not_applied(self) -> None:
+        settings = load_settings(environ={"SERVICE_TOKEN_ENABLED": "false", "SERVICE_BROKER_URL": "nats://h:4222"})
+        posture = Security.from_settings(settings, realm="x").posture()
+        assert [key for key, _ in posture.not_applied] == ["broker.url"]
 
 
 class TestPosture:

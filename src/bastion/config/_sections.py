@@ -277,19 +277,22 @@ REMOVED_RESILIENCE_PREFIX = "retry_"
 
 
 class ResilienceSettings(_Section):
-    """``[middleware.resilience]``: read by the operator, who builds the layers (not auto-applied).
+    """``[middleware.resilience]``: the values the operator's layers are built from (``service.use_resilience()``).
 
-    The former ``retry_*`` keys were removed from the spec and "do nothing": they are accepted, ignored
-    and warned about once per load (``config_key_ignored``); any other unknown key is an error.
+    Not applied automatically (spec): a layer exists only where the operator asks for one. Each layer has a
+    circuit breaker unless ``circuit_breaker_enabled = false`` and a bulkhead unless ``bulkhead_enabled =
+    false``. The former ``retry_*`` keys were removed from the spec and "do nothing": they are accepted,
+    ignored and warned about once per load (``config_key_ignored``); any other unknown key is an error.
     """
 
-    circuit_breaker_enabled: Bool = False
+    circuit_breaker_enabled: Bool | None = None
     circuit_breaker_threshold: Annotated[float, BeforeValidator(_clamp_unit)] = 0.5
     circuit_breaker_min_requests: PositiveInt = 10
-    circuit_breaker_wait_secs: Annotated[int, Field(ge=0)] = 30
-    bulkhead_enabled: Bool = False
+    circuit_breaker_wait_secs: PositiveInt = 30
+    circuit_breaker_half_open_requests: PositiveInt = 1
+    bulkhead_enabled: Bool | None = None
     bulkhead_max_concurrent: PositiveInt = 100
-    bulkhead_max_wait: Duration = 5.0
+    bulkhead_max_wait: PositiveDuration = 5.0
 
     @model_validator(mode="before")
     @classmethod

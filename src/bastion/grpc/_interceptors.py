@@ -19,7 +19,7 @@ from grpclib.events import RecvRequest, SendInitialMetadata, SendTrailingMetadat
 from grpclib.exceptions import GRPCError
 
 from bastion._client_ip import parse_ip
-from bastion._parts import GrpcExtractor, Slot
+from bastion._parts import GrpcExtractor, GrpcFinish, Slot
 from bastion._pipeline import Step
 from bastion.errors import BastionError, TokenError
 from bastion.middleware._request_id import new_request_id, sane_request_id
@@ -55,6 +55,22 @@ def _rejected(error: BastionError) -> GRPCError:
     if error.headers:
         trailers_var.set(tuple((name.lower(), value) for name, value in error.headers))
     return grpc_error(error)
+
+
+def _status_name(exc: BaseException) -> str:
+    """The gRPC status a handler's exception ends its call with."""
+    if isinstance(exc, GRPCError):
+        return exc.status.name
+    if isinstance(exc, TimeoutError):
+        return "DEADLINE_EXCEEDED"
+    if isinstance(exc, asyncio.CancelledError):
+        return "CANCELLED"
+    return "UNKNOWN"
+
+
+async def _finish(finishes: Sequence[GrpcFinish], status: str | None) -> None:
+    for finish in reversed(finishes):
+        await finish(status)
 
 
 class GrpcGuard:
@@ -112,30 +128,45 @@ class GrpcGuard:
             SCOPE_REQUEST_ID: request_id,
         }
         if method.startswith(EXEMPT_PREFIXES):
-            event.method_func = self._wrap(event.method_func, scope, method, deferred=())
+            event.method_func = self._wrap(event.method_func, scope, method, deferred=(), finishes=[])
             return
         deferred = self.steps[self.defer_from :] if method in self.extractors else ()
-        await self._run(self.steps[: len(self.steps) - len(deferred)], scope)
-        event.method_func = self._wrap(event.method_func, scope, method, deferred=deferred)
+        finishes = await self._run(self.steps[: len(self.steps) - len(deferred)], scope, [])
+        event.method_func = self._wrap(event.method_func, scope, method, deferred=deferred, finishes=finishes)
 
     @staticmethod
-    async def _run(steps: Sequence[Step], scope: Scope) -> None:
+    async def _run(steps: Sequence[Step], scope: Scope, finishes: list[GrpcFinish]) -> list[GrpcFinish]:
+        """Run ``steps`` in order, collecting what they want to hear about the outcome; on a rejection tell
+        the earlier ones the call was never made (``None``), then raise it as a GRPCError."""
         for step in steps:
             assert step.grpc is not None
             try:
-                await step.grpc(scope)
+                finish = await step.grpc(scope)
             except BastionError as exc:
+                await _finish(finishes, None)
                 raise _rejected(exc) from None
+            except BaseException:
+                await _finish(finishes, None)
+                raise
+            if finish is not None:
+                finishes.append(finish)
+        return finishes
 
-    def _wrap(self, method_func: Any, scope: Scope, method: str, *, deferred: Sequence[Step]) -> Any:
+    def _wrap(
+        self, method_func: Any, scope: Scope, method: str, *, deferred: Sequence[Step], finishes: list[GrpcFinish]
+    ) -> Any:
         guard = self
 
         async def guarded(stream: Any) -> None:
             stream.recv_message = guard._bounded_recv(stream)
             if deferred:
-                first = await stream.recv_message()
+                try:
+                    first = await stream.recv_message()
+                except BaseException:
+                    await _finish(finishes, None)
+                    raise
                 scope[SCOPE_GRPC_RESOURCE] = dict(guard.extractors[method](first)) if first is not None else {}
-                await guard._run(deferred, scope)
+                await guard._run(deferred, scope, finishes)
                 replay = [first]
                 original = stream.recv_message
 
@@ -145,11 +176,17 @@ class GrpcGuard:
                 stream.recv_message = recv_message
             guard.active += 1
             guard.idle.clear()
+            status = "OK"
             try:
                 await method_func(stream)
             except BastionError as exc:
+                status = exc.grpc_status
                 raise grpc_error(exc) from None
+            except BaseException as exc:
+                status = _status_name(exc)
+                raise
             finally:
+                await _finish(finishes, status)
                 guard.active -= 1
                 if not guard.active:
                     guard.idle.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping
 from http import HTTPStatus
 
@@ -29,6 +30,7 @@ from bastion.errors import (
     render,
 )
 from bastion.types import SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
+from bastion_core import BulkheadFullError, CircuitOpenError
 
 log = structlog.get_logger("bastion.errors")
 
@@ -86,9 +88,15 @@ def from_validation_error(exc: RequestValidationError) -> BastionError:
 
 
 def as_bastion_error(exc: BaseException) -> BastionError | None:
-    """The error-tree form of ``exc``, or ``None`` when it is an unexpected exception (a 500)."""
+    """The error-tree form of ``exc``, or ``None`` when it is an unexpected exception (a 500).
+
+    An outbound guard's rejection raised inside a handler (a dependency's circuit is open, its bulkhead is
+    full) is a 503 with ``Retry-After``: the service cannot answer for now, nothing is wrong with it.
+    """
     if isinstance(exc, BastionError):
         return exc
+    if isinstance(exc, CircuitOpenError | BulkheadFullError):
+        return Unavailable(str(exc), retry_after=max(1, math.ceil(exc.retry_after)))
     if isinstance(exc, RequestValidationError):
         return from_validation_error(exc)
     if isinstance(exc, HTTPException):
