@@ -1,18 +1,16 @@
-"""Attachment handling: size cap, policy filter and delivery sink (inline base64 today, S3 later).
+"""Attachment entries of the payload and where their bytes go: inline base64, or object storage (`_s3.py`).
 
-`AttachmentPolicy` and `AttachmentSink` are the seams for the later attachment-policy and S3
-issue; this module ships only the inline sink and an allow-all policy.
+The attachment policy (which parts are delivered at all) is `_attachment_policy.py`.
 """
 
 from __future__ import annotations
 
 import base64
 import enum
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from mailrelay._errors import AttachmentTooLarge
 from mailrelay._parsing import MimePart
 
 
@@ -35,30 +33,32 @@ class Attachment:
     presigned_url: str | None = None
 
 
-class AttachmentPolicy(Protocol):
-    """Decides which parsed parts are delivered at all (seam for the attachment-policy issue)."""
-
-    def allows(self, part: MimePart) -> bool: ...
-
-
 class AttachmentSink(Protocol):
-    """Turns an allowed part into a payload entry: inline base64 here, an S3 upload later."""
+    """Turns the delivered parts of one message into payload entries, in order.
 
-    async def store(self, part: MimePart, *, delivery_id: str, index: int) -> Attachment: ...
+    `store` raises AttachmentStoreFailed when any part cannot be stored (the message is then not accepted, and
+    what was already stored has been removed again); `discard` removes the stored objects of a message that was
+    finally not posted; `close` releases the sink's threads at shutdown. All are no-ops for inline delivery.
+    """
 
+    async def store(self, parts: Sequence[MimePart], *, delivery_id: str) -> list[Attachment]: ...
 
-class AllowAll:
-    """The default policy: every part is delivered."""
+    async def discard(self, attachments: Sequence[Attachment]) -> None: ...
 
-    def allows(self, part: MimePart) -> bool:
-        return True
+    def close(self) -> None: ...
 
 
 class InlineSink:
     """Delivers attachments inside the payload as base64."""
 
-    async def store(self, part: MimePart, *, delivery_id: str, index: int) -> Attachment:
-        return inline_attachment(part)
+    async def store(self, parts: Sequence[MimePart], *, delivery_id: str) -> list[Attachment]:
+        return [inline_attachment(part) for part in parts]
+
+    async def discard(self, attachments: Sequence[Attachment]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
 
 
 def inline_attachment(part: MimePart) -> Attachment:
@@ -70,10 +70,3 @@ def inline_attachment(part: MimePart) -> Attachment:
         content_id=part.content_id,
         data_base64=base64.b64encode(part.data).decode("ascii"),
     )
-
-
-def check_sizes(parts: Iterable[MimePart], *, limit: int) -> None:
-    """Raise AttachmentTooLarge for the first part whose decoded size is above `limit`."""
-    for part in parts:
-        if len(part.data) > limit:
-            raise AttachmentTooLarge(filename=part.filename, size=len(part.data), limit=limit)

@@ -12,7 +12,15 @@ from typing import Annotated, Literal, get_args
 
 import httpx
 from dotenv import dotenv_values
-from pydantic import AliasGenerator, BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AliasGenerator,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -36,6 +44,10 @@ DEFAULT_MAX_UNKNOWN_RCPTS = 3
 DEFAULT_IDLE_TIMEOUT_SECS = 300.0  # RFC 5321 4.5.3.2.7: server timeout of 5 minutes
 DEFAULT_SHUTDOWN_GRACE_SECS = 30.0
 MAX_WEBHOOK_RETRIES = 20
+DEFAULT_DNS_TIMEOUT_SECS = 5.0  # per DNS query; RFC 7208 4.6.4 suggests 20 s for a whole SPF check
+DEFAULT_S3_TIMEOUT_SECS = 30.0
+MAX_PRESIGN_SECS = 604_800  # SigV4 presigned URLs live at most 7 days
+DNS_PORT = 53
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 REDACTED = "<redacted>"
 _REQUIRED = "a value (this variable is required)"
@@ -47,6 +59,18 @@ _SECRETS = frozenset({PREFIX + "WEBHOOK_SIGNING_SECRET"})
 
 LogFormat = Literal["auto", "json", "console"]  # as Bastion's service.log_format
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
+DmarcMode = Literal["off", "monitor", "enforce"]
+DMARC_MODES: tuple[str, ...] = get_args(DmarcMode)
+AttachmentDelivery = Literal["inline", "s3"]
+ATTACHMENT_DELIVERIES: tuple[str, ...] = get_args(AttachmentDelivery)
+PolicyAction = Literal["drop", "reject"]
+POLICY_ACTIONS: tuple[str, ...] = get_args(PolicyAction)
+_MIME_TOKEN = r"[a-z0-9!#$&^_.+-]+"
+_MIME_PATTERN = re.compile(rf"^(\*/\*|{_MIME_TOKEN}/(\*|{_MIME_TOKEN}))$")
+_EXTENSION = re.compile(r"^[a-z0-9_+~-]{1,32}$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")  # S3 bucket naming rules (DNS-compatible)
+_KEY_PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()/-]{0,512}$")  # S3's "safe characters" for object keys
+_REGION = re.compile(r"^[a-z0-9-]{1,64}$")
 
 
 def _variable(field_name: str) -> str:
@@ -202,12 +226,96 @@ def _log_format(raw: str) -> str:
     return value
 
 
+def _choice(raw: str, choices: tuple[str, ...]) -> str:
+    value = raw.lower()
+    if value not in choices:
+        raise ValueError("one of " + ", ".join(choices))
+    return value
+
+
+def _dns_servers(raw: str) -> tuple[tuple[str, int], ...]:
+    """`ip`, `ip:port`, `[ipv6]:port` or a bare IPv6 address, comma-separated."""
+    expected = "a comma-separated list of DNS server addresses like 192.0.2.53, 192.0.2.54:5353 or [2001:db8::53]:53"
+    servers: list[tuple[str, int]] = []
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        host, port = item, str(DNS_PORT)
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            if rest:
+                if not rest.startswith(":"):
+                    raise ValueError(expected)
+                port = rest[1:]
+        elif item.count(":") == 1:
+            host, port = item.split(":")
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            raise ValueError(expected) from None
+        servers.append((str(address), _integer(port, expected, 1, 65535)))
+    if not servers:
+        raise ValueError(expected)
+    return tuple(dict.fromkeys(servers))
+
+
+def _mime_types(raw: str) -> tuple[str, ...]:
+    types = tuple(dict.fromkeys(t.strip().lower() for t in raw.split(",") if t.strip()))
+    if not types or not all(_MIME_PATTERN.match(t) for t in types):
+        raise ValueError("a comma-separated list of MIME types like application/pdf, image/*")
+    return types
+
+
+def _extensions(raw: str) -> frozenset[str]:
+    extensions = [e.strip().lower().lstrip(".") for e in raw.split(",") if e.strip()]
+    if not extensions or not all(_EXTENSION.match(e) for e in extensions):
+        raise ValueError("a comma-separated list of file extensions like exe, js, bat")
+    return frozenset(extensions)
+
+
+def _bucket(raw: str) -> str:
+    if not _BUCKET.match(raw) or ".." in raw:
+        raise ValueError("an S3 bucket name (3-63 characters: lower-case letters, digits, dots, hyphens)")
+    return raw
+
+
+def _key_prefix(raw: str) -> str:
+    if not _KEY_PREFIX.match(raw) or raw.startswith("/") or ".." in raw.split("/") or "//" in raw:
+        raise ValueError("an S3 key prefix like attachments/ (letters, digits and !_.*'()/-, no leading /)")
+    return raw
+
+
+def _endpoint_url(raw: str) -> str:
+    try:
+        url = httpx.URL(raw)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise ValueError("an absolute http(s) URL like http://127.0.0.1:9000") from None
+    if url.scheme not in ("http", "https") or not url.host or url.query or url.fragment:
+        raise ValueError("an absolute http(s) URL like http://127.0.0.1:9000")
+    if url.port is not None and not 1 <= url.port <= 65535:
+        raise ValueError("an absolute http(s) URL with a port 1-65535")
+    return raw
+
+
+def _region(raw: str) -> str:
+    if not _REGION.match(raw):
+        raise ValueError("an AWS region name like eu-central-1")
+    return raw
+
+
+def _presign_secs(raw: str) -> int:
+    return _integer(raw, f"a number of seconds 1-{MAX_PRESIGN_SECS}", 1, MAX_PRESIGN_SECS)
+
+
 Port = Annotated[int, _env(_port)]
 PositiveInt = Annotated[int, _env(_positive_int)]
 PositiveSeconds = Annotated[float, _env(_positive_seconds)]
 NonNegativeSeconds = Annotated[float, _env(_non_negative_seconds)]
 BindAddress = Annotated[str, _env(_bind_address)]
 PemPath = Annotated[Path | None, _env(_pem_path)]
+OptionalPositiveInt = Annotated[int | None, _env(_positive_int)]
+OptionalNonNegativeInt = Annotated[int | None, _env(_non_negative_int)]
+MimeTypes = Annotated[tuple[str, ...], _env(_mime_types)]
 
 
 class Settings(BaseSettings):
@@ -257,6 +365,28 @@ class Settings(BaseSettings):
     max_unknown_rcpts_per_session: Annotated[int, _env(_non_negative_int)] = DEFAULT_MAX_UNKNOWN_RCPTS
     idle_timeout: PositiveSeconds = DEFAULT_IDLE_TIMEOUT_SECS
     shutdown_grace: NonNegativeSeconds = DEFAULT_SHUTDOWN_GRACE_SECS
+    # DMARC (docs/mailrelay.md "DMARC")
+    dmarc_mode: Annotated[DmarcMode, _env(lambda raw: _choice(raw, DMARC_MODES))] = "off"
+    dns_servers: Annotated[tuple[tuple[str, int], ...], _env(_dns_servers)] = ()
+    dns_timeout: PositiveSeconds = DEFAULT_DNS_TIMEOUT_SECS
+    # The attachment policy. ATTACHMENT_MAX_BYTES is the per-attachment limit MAX_ATTACHMENT_SIZE (above) always was:
+    # either name sets it, both at once is an error, and both attributes always hold the limit in force.
+    attachment_max_bytes: PositiveInt = DEFAULT_MAX_ATTACHMENT_SIZE
+    attachment_max_total_bytes: OptionalPositiveInt = None
+    attachment_max_count: OptionalNonNegativeInt = None
+    attachment_allowed_types: MimeTypes = ()
+    attachment_denied_types: MimeTypes = ()
+    attachment_denied_extensions: Annotated[frozenset[str], _env(_extensions)] = frozenset()
+    attachment_policy_action: Annotated[PolicyAction, _env(lambda raw: _choice(raw, POLICY_ACTIONS))] = "drop"
+    # Attachment delivery: inline base64, or S3 (credentials from the standard AWS chain, never from MAIL_RELAY_*)
+    attachment_delivery: Annotated[AttachmentDelivery, _env(lambda raw: _choice(raw, ATTACHMENT_DELIVERIES))] = "inline"
+    s3_bucket: Annotated[str | None, _env(_bucket)] = Field(default=None, validate_default=True)
+    s3_prefix: Annotated[str, BeforeValidator(lambda raw: _read(raw, _key_prefix) if raw != "" else raw)] = ""
+    s3_endpoint_url: Annotated[str | None, _env(_endpoint_url)] = None
+    s3_region: Annotated[str | None, _env(_region)] = None
+    s3_presign_secs: Annotated[int | None, _env(_presign_secs)] = None
+    s3_inline_max_bytes: OptionalNonNegativeInt = None
+    s3_timeout: PositiveSeconds = DEFAULT_S3_TIMEOUT_SECS
 
     @field_validator("tls_key")
     @classmethod
@@ -273,6 +403,32 @@ class Settings(BaseSettings):
     def _check_webhook_url(cls, raw: object, info: ValidationInfo) -> object:
         allow_insecure = bool(info.data.get("webhook_allow_insecure", False))
         return _read(raw, lambda value: _webhook_url(value, allow_insecure=allow_insecure), required=True)
+
+    @field_validator("s3_bucket")
+    @classmethod
+    def _check_bucket_for_s3(cls, bucket: str | None, info: ValidationInfo) -> str | None:
+        if bucket is None and info.data.get("attachment_delivery") == "s3":
+            raise ConfigError.invalid(
+                PREFIX + "S3_BUCKET", None, "an S3 bucket name (required with MAIL_RELAY_ATTACHMENT_DELIVERY=s3)"
+            )
+        return bucket
+
+    @model_validator(mode="after")
+    def _one_attachment_limit(self) -> Settings:
+        """MAX_ATTACHMENT_SIZE (the old name) and ATTACHMENT_MAX_BYTES set the same limit: one of them at most."""
+        old, new = "max_attachment_size", "attachment_max_bytes"
+        if old in self.model_fields_set and new in self.model_fields_set:
+            raise ConfigError.invalid(
+                PREFIX + old.upper(),
+                str(self.max_attachment_size),
+                f"no value when {PREFIX}{new.upper()} is set (it is the old name of the same limit)",
+            )
+        # frozen model: the two attributes are made equal once, here, while it is being built
+        if old in self.model_fields_set:
+            object.__setattr__(self, new, self.max_attachment_size)
+        else:
+            object.__setattr__(self, old, self.attachment_max_bytes)
+        return self
 
     @property
     def log_level_number(self) -> int:

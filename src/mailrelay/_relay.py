@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
+import random
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import structlog
 
-from mailrelay._attachments import AllowAll, AttachmentPolicy, AttachmentSink, InlineSink, check_sizes
+from mailrelay._attachment_policy import AttachmentPolicy, Screened
+from mailrelay._attachments import AttachmentSink, InlineSink
 from mailrelay._breaker import CircuitBreaker
 from mailrelay._delivery import DeliveryOutcome, WebhookClient
-from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict
-from mailrelay._errors import AttachmentTooLarge
-from mailrelay._parsing import parse_message
+from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcement
+from mailrelay._errors import AttachmentRejected, AttachmentStoreFailed
+from mailrelay._parsing import MimePart, parse_message, scrub
 from mailrelay._payload import build_payload
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._replies import Reply
@@ -24,6 +27,7 @@ from mailrelay.smtp._session import Envelope, Session
 INLINE_WORK_LIMIT = 16 * 1024  # bytes of message; above it parsing and shaping run in a thread
 # (html2text takes ~1 ms per KiB: 128 KiB inline stalled every other session for ~0.14 s)
 BREAKER_OPEN_REASON = "Webhook temporarily unavailable (circuit open), try again later"
+LOGGED_FILENAME_CHARS = 200
 
 T = TypeVar("T")
 
@@ -33,9 +37,11 @@ log = structlog.get_logger("mailrelay.relay")
 class Relay:
     """Implements EnvelopeHandler: one accepted message in, the final DATA reply out.
 
-    The reply is known only after the webhook answered: 250 delivered, 451 temporary (retries
-    exhausted or the breaker is open; the sending server keeps the message), 554 refused by the
-    webhook, 552 attachment too large. The recipient in the payload is the first accepted one.
+    Order: parse; the attachment policy (552/554 when its action is reject; dropped attachments are logged and
+    counted); DMARC when an evaluator is set (with `dmarc_enforce`: 550 for a failing p=reject domain, 451 on
+    temperror); the attachments' upload (451 when it fails); then the webhook. The reply is known only after the
+    webhook answered: 250 delivered, 451 temporary (retries exhausted or the breaker is open; the sending server
+    keeps the message), 554 refused by the webhook. The recipient in the payload is the first accepted one.
     """
 
     def __init__(
@@ -43,21 +49,25 @@ class Relay:
         *,
         webhook: WebhookClient,
         breaker: CircuitBreaker,
-        max_attachment_size: int,
+        attachment_policy: AttachmentPolicy,
         header_prefixes: Sequence[str] = (),
-        attachment_policy: AttachmentPolicy | None = None,
         attachment_sink: AttachmentSink | None = None,
         dmarc: DmarcEvaluator | None = None,
+        dmarc_enforce: bool = False,
         new_delivery_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        random: Callable[[], float] = random.random,
     ) -> None:
         self.webhook = webhook
         self.breaker = breaker
-        self.max_attachment_size = max_attachment_size
+        self.attachment_policy = attachment_policy
         self.header_prefixes = tuple(header_prefixes)
-        self.attachment_policy: AttachmentPolicy = attachment_policy or AllowAll()
         self.attachment_sink: AttachmentSink = attachment_sink or InlineSink()
         self.dmarc = dmarc
+        self.dmarc_enforce = dmarc_enforce
+        self.dropped_attachments: collections.Counter[str] = collections.Counter()
+        """Attachments the policy left out since start-up, by rule."""
         self._new_delivery_id = new_delivery_id
+        self._random = random
 
     @staticmethod
     async def _cpu_bound(size: int, function: Callable[..., T], *args: object) -> T:
@@ -73,23 +83,36 @@ class Relay:
         raw = envelope.content or b""
         try:
             message = await self._cpu_bound(len(raw), parse_message, raw)
-            check_sizes(message.parts, limit=self.max_attachment_size)
-        except AttachmentTooLarge as exc:
-            bound.info("message_refused", reason="attachment_too_large", size=exc.size, limit=exc.limit)
-            return r.ATTACHMENT_TOO_LARGE
         except Exception:
             bound.exception("message_unparsable")
             return r.MESSAGE_UNPARSABLE
-        allowed = [part for part in message.parts if self.attachment_policy.allows(part)]
-        attachments = [
-            await self.attachment_sink.store(part, delivery_id=delivery_id, index=index)
-            for index, part in enumerate(allowed)
-        ]
+        try:
+            screened = self.attachment_policy.screen(message.parts)
+        except AttachmentRejected as exc:
+            bound.info(
+                "message_refused",
+                reason="attachment_policy",
+                rule=exc.rule,
+                filename=_shown_filename(exc.filename),
+                content_type=scrub(exc.content_type),
+                size=exc.size,
+            )
+            return r.ATTACHMENT_POLICY_REPLIES[exc.rule]
+        self._log_dropped(screened, bound)
         verdict: DmarcVerdict | None = None
         if self.dmarc is not None:
             verdict = await self.dmarc.evaluate(
                 raw=raw, peer_ip=session.peer_ip, helo=session.helo or "", mail_from=envelope.mail_from or ""
             )
+            refusal = self._dmarc_refusal(verdict) if self.dmarc_enforce else None
+            if refusal is not None:
+                bound.info("message_refused", reason="dmarc", dmarc_result=verdict.result.value, reply=refusal.code)
+                return refusal
+        try:
+            attachments = await self.attachment_sink.store(screened.kept, delivery_id=delivery_id)
+        except AttachmentStoreFailed as exc:
+            bound.warning("message_deferred", reason="attachment_store_failed", error=exc.reason)
+            return r.ATTACHMENT_STORE_FAILED
         payload = await self._cpu_bound(
             len(raw),
             functools.partial(
@@ -105,6 +128,7 @@ class Relay:
         body = payload.to_json()
         if not self.breaker.allow():
             bound.warning("message_deferred", reason="circuit_open", retry_in=round(self.breaker.retry_in(), 1))
+            await self.attachment_sink.discard(attachments)  # nothing was posted: no object is referenced
             return r.temporary_failure(BREAKER_OPEN_REASON)
         try:
             result = await self.webhook.deliver(body, delivery_id=delivery_id)
@@ -126,9 +150,41 @@ class Relay:
             status=result.status,
             size=len(raw),
             attachments=len(attachments),
+            attachments_dropped=len(screened.dropped),
+            dmarc_result=verdict.result.value if verdict else None,
         )
         if result.outcome is DeliveryOutcome.DELIVERED:
             return r.MESSAGE_ACCEPTED
         if result.outcome is DeliveryOutcome.REJECTED:
             return r.permanent_failure(result.reason)
         return r.temporary_failure(result.reason)
+
+    def _dmarc_refusal(self, verdict: DmarcVerdict) -> Reply | None:
+        decision = enforcement(verdict, sample=self._random())
+        if decision is Enforcement.DEFER:
+            return r.DMARC_TEMPERROR
+        if decision is Enforcement.REJECT:
+            return r.dmarc_rejected(verdict.domain) if verdict.domain else r.DMARC_NO_AUTHOR
+        return None
+
+    def _log_dropped(self, screened: Screened, bound: structlog.typing.FilteringBoundLogger) -> None:
+        for dropped in screened.dropped:
+            rule = dropped.rule.value
+            self.dropped_attachments[rule] += 1
+            part: MimePart = dropped.part
+            bound.info(
+                "attachment_dropped",
+                rule=rule,
+                filename=_shown_filename(part.filename),
+                content_type=scrub(part.content_type),
+                size=len(part.data),
+                dropped_total=self.dropped_attachments[rule],
+            )
+
+
+def _shown_filename(filename: str | None) -> str | None:
+    """A file name as logged: control characters escaped, at most LOGGED_FILENAME_CHARS characters."""
+    if filename is None:
+        return None
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in scrub(filename))
+    return shown[:LOGGED_FILENAME_CHARS]

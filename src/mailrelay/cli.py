@@ -14,11 +14,15 @@ import httpx
 import structlog
 
 from bastion_core import UNKNOWN_VARIABLE_EVENT, ConfigError, configure_logging
+from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
+from mailrelay._attachments import AttachmentSink, InlineSink
 from mailrelay._breaker import CircuitBreaker
-from mailrelay._config import Settings, load_settings, read_environment, unknown_variables
+from mailrelay._config import PREFIX, Settings, load_settings, read_environment, unknown_variables
 from mailrelay._delivery import WebhookClient
+from mailrelay._dns import DnsClient, NoResolver
 from mailrelay._errors import ListenFailed
 from mailrelay._health import HealthServer
+from mailrelay._mailauth import DmarcChecker
 from mailrelay._relay import Relay
 from mailrelay._tls import server_context
 from mailrelay._version import __version__
@@ -47,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings()
         tls_context, generated = server_context(settings.tls_cert, settings.tls_key)
+        dmarc = dmarc_checker(settings)
     except ConfigError as exc:
         print(f"mailrelay: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -59,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             hint="set MAIL_RELAY_TLS_CERT and MAIL_RELAY_TLS_KEY to serve a trusted certificate",
         )
     try:
-        asyncio.run(serve(settings, tls_context))
+        asyncio.run(serve(settings, tls_context, dmarc))
     except ListenFailed as exc:
         log.error("listen_failed", variables=exc.variables, address=exc.address, error=exc.reason)
         return EXIT_LISTEN
@@ -75,9 +80,54 @@ async def listen(start: Awaitable[None], *, prefix: str, host: str, port: int) -
         raise ListenFailed(f"{prefix}BIND_ADDRESS/{prefix}PORT", f"{host}:{port}", exc) from exc
 
 
-async def serve(settings: Settings, tls_context: ssl.SSLContext | None) -> None:
+def dmarc_checker(settings: Settings) -> DmarcChecker | None:
+    """The DMARC evaluator for monitor and enforce mode; ConfigError when there is no DNS server to ask."""
+    if settings.dmarc_mode == "off":
+        return None
+    try:
+        dns = DnsClient(servers=settings.dns_servers, timeout=settings.dns_timeout)
+    except NoResolver:
+        raise ConfigError.invalid(
+            PREFIX + "DNS_SERVERS", None, "DNS servers (the system has none configured in /etc/resolv.conf)"
+        ) from None
+    return DmarcChecker(dns=dns)
+
+
+def attachment_policy(settings: Settings) -> AttachmentPolicy:
+    return AttachmentPolicy(
+        max_bytes=settings.attachment_max_bytes,
+        max_total_bytes=settings.attachment_max_total_bytes,
+        max_count=settings.attachment_max_count,
+        allowed_types=settings.attachment_allowed_types,
+        denied_types=settings.attachment_denied_types,
+        denied_extensions=settings.attachment_denied_extensions,
+        action=PolicyAction(settings.attachment_policy_action),
+    )
+
+
+def attachment_sink(settings: Settings) -> AttachmentSink:
+    """Inline, or S3 (boto3 is imported only then: it adds about a quarter of a second to start-up)."""
+    if settings.attachment_delivery != "s3" or settings.s3_bucket is None:
+        return InlineSink()
+    from mailrelay._s3 import S3Sink, has_credentials, make_client
+
+    if not has_credentials():
+        log.warning("s3_credentials_missing", hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or an AWS role")
+    client = make_client(endpoint_url=settings.s3_endpoint_url, region=settings.s3_region, timeout=settings.s3_timeout)
+    return S3Sink(
+        client=client,
+        bucket=settings.s3_bucket,
+        prefix=settings.s3_prefix,
+        presign_secs=settings.s3_presign_secs,
+        inline_max_bytes=settings.s3_inline_max_bytes,
+        timeout=settings.s3_timeout,
+    )
+
+
+async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: DmarcChecker | None = None) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully (see SmtpServer.shutdown)."""
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    sink = attachment_sink(settings)
     async with httpx.AsyncClient(timeout=settings.webhook_timeout, limits=limits, follow_redirects=False) as client:
         relay = Relay(
             webhook=WebhookClient(
@@ -92,8 +142,11 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None) -> None:
             breaker=CircuitBreaker(
                 threshold=settings.circuit_breaker_threshold, reset_after=settings.circuit_breaker_reset
             ),
-            max_attachment_size=settings.max_attachment_size,
+            attachment_policy=attachment_policy(settings),
+            attachment_sink=sink,
             header_prefixes=settings.header_prefixes,
+            dmarc=dmarc,
+            dmarc_enforce=settings.dmarc_mode == "enforce",
         )
         smtp = SmtpServer(
             options=SmtpOptions(
@@ -127,9 +180,15 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None) -> None:
             health=f"{settings.health_bind_address}:{health.port}",
             targets=len(settings.target_emails),
             signing=settings.webhook_signing_secret is not None,
+            dmarc=settings.dmarc_mode,
+            attachments=settings.attachment_delivery,
+            attachment_policy=settings.attachment_policy_action,
         )
         await stop.wait()
         log.info("mailrelay_stopping", grace=settings.shutdown_grace)
         await smtp.shutdown(settings.shutdown_grace)
         await health.stop()
+        if dmarc is not None:
+            dmarc.close()
+        sink.close()
         log.info("mailrelay_stopped")

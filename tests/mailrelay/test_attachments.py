@@ -1,21 +1,11 @@
-"""Attachment size cap and the inline sink."""
+"""The inline sink and the attachment entry."""
 
 from __future__ import annotations
 
 import base64
 
-import pytest
-
-from mailrelay._attachments import AllowAll, DeliveryMode, InlineSink, check_sizes, inline_attachment
-from mailrelay._errors import AttachmentTooLarge
+from mailrelay._attachments import DeliveryMode, InlineSink, inline_attachment
 from mailrelay._parsing import MimePart
-
-
-def test_parts_at_the_limit_pass_and_above_raise() -> None:
-    check_sizes([MimePart(content_type="a/b", data=b"x" * 10)], limit=10)
-    with pytest.raises(AttachmentTooLarge) as caught:
-        check_sizes([MimePart(content_type="a/b", data=b"x" * 11, filename="big.bin")], limit=10)
-    assert (caught.value.filename, caught.value.size, caught.value.limit) == ("big.bin", 11, 10)
 
 
 def test_inline_attachment_entry() -> None:
@@ -26,8 +16,9 @@ def test_inline_attachment_entry() -> None:
     assert entry.url is None
 
 
-async def test_inline_sink_and_allow_all_policy() -> None:
-    part = MimePart(content_type="image/png", data=b"png", content_id="x@y")
-    assert AllowAll().allows(part)
-    entry = await InlineSink().store(part, delivery_id="d", index=0)
-    assert entry == inline_attachment(part)
+async def test_inline_sink_stores_in_order_and_discards_nothing() -> None:
+    parts = [MimePart(content_type="image/png", data=b"png", content_id="x@y"), MimePart(content_type="a/b", data=b"")]
+    sink = InlineSink()
+    entries = await sink.store(parts, delivery_id="d")
+    assert entries == [inline_attachment(part) for part in parts]
+    assert await sink.discard(entries) is None

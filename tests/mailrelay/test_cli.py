@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 import mailrelay
-from mailrelay.cli import EXIT_CONFIG, main
+from mailrelay import parse_settings
+from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
+from mailrelay._attachments import InlineSink
+from mailrelay._mailauth import DmarcChecker
+from mailrelay._s3 import S3Sink
+from mailrelay.cli import EXIT_CONFIG, attachment_policy, attachment_sink, dmarc_checker, main
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,3 +41,41 @@ def test_configuration_error_exits_2_naming_the_variable(
         " to loopback hosts unless MAIL_RELAY_WEBHOOK_ALLOW_INSECURE=true), got 'http://example.com/hook'\n"
     )
     assert "do-not-print" not in err
+
+
+REQUIRED = {"MAIL_RELAY_TARGET_EMAILS": "inbox@example.test", "MAIL_RELAY_WEBHOOK_URL": "https://hooks.example/m"}
+
+
+def test_dmarc_checker_only_when_dmarc_is_on() -> None:
+    assert dmarc_checker(parse_settings(REQUIRED)) is None
+    checker = dmarc_checker(
+        parse_settings({**REQUIRED, "MAIL_RELAY_DMARC_MODE": "monitor", "MAIL_RELAY_DNS_SERVERS": "127.0.0.1:5353"})
+    )
+    assert isinstance(checker, DmarcChecker)
+    checker.close()
+
+
+@pytest.mark.usefixtures("aws_credentials")
+def test_attachment_sink_and_policy_from_the_settings() -> None:
+    assert isinstance(attachment_sink(parse_settings(REQUIRED)), InlineSink)
+    s3 = parse_settings(
+        {
+            **REQUIRED,
+            "MAIL_RELAY_ATTACHMENT_DELIVERY": "s3",
+            "MAIL_RELAY_S3_BUCKET": "bucket-1",
+            "MAIL_RELAY_S3_ENDPOINT_URL": "http://127.0.0.1:9",
+            "MAIL_RELAY_S3_REGION": "us-east-1",
+        }
+    )
+    sink = attachment_sink(s3)
+    assert isinstance(sink, S3Sink) and sink.bucket == "bucket-1"
+    sink.close()
+    values = {
+        **REQUIRED,
+        "MAIL_RELAY_MAX_ATTACHMENT_SIZE": "9",
+        "MAIL_RELAY_ATTACHMENT_POLICY_ACTION": "reject",
+        "MAIL_RELAY_ATTACHMENT_DENIED_EXTENSIONS": "exe",
+    }
+    assert attachment_policy(parse_settings(values)) == AttachmentPolicy(
+        max_bytes=9, denied_extensions=frozenset({"exe"}), action=PolicyAction.REJECT
+    )

@@ -16,6 +16,7 @@ REQUIRED = {
     "MAIL_RELAY_WEBHOOK_URL": "https://hooks.example.com/mail",
 }
 DOCS = Path(__file__).parents[2] / "docs" / "mailrelay.md"
+DNS_EXPECTED = "a comma-separated list of DNS server addresses like 192.0.2.53, 192.0.2.54:5353 or [2001:db8::53]:53"
 INSECURE = "an https URL (plain http is allowed only to loopback hosts unless MAIL_RELAY_WEBHOOK_ALLOW_INSECURE=true)"
 
 
@@ -248,7 +249,7 @@ def test_unknown_variables_are_reported() -> None:
 
 def test_every_variable_is_documented() -> None:
     rows = [line for line in DOCS.read_text().splitlines() if line.startswith("| `MAIL_RELAY_")]
-    documented = {name for row in rows for name in re.findall(r"`(MAIL_RELAY_[A-Z_]+)`", row.split("|")[1])}
+    documented = {name for row in rows for name in re.findall(r"`(MAIL_RELAY_[A-Z0-9_]+)`", row.split("|")[1])}
     assert documented == VARIABLES
 
 
@@ -270,3 +271,144 @@ def test_url_password_is_not_echoed() -> None:
 )
 def test_url_password_and_query_are_not_shown_in_errors(raw: str, shown: str) -> None:
     assert shown_value(raw) == shown
+
+
+def test_defaults_of_dmarc_attachment_policy_and_s3() -> None:
+    settings = parse_settings(REQUIRED)
+    assert (settings.dmarc_mode, settings.dns_servers, settings.dns_timeout) == ("off", (), 5.0)
+    assert settings.attachment_max_bytes == settings.max_attachment_size == 10_485_760
+    assert (settings.attachment_max_total_bytes, settings.attachment_max_count) == (None, None)
+    assert (settings.attachment_allowed_types, settings.attachment_denied_types) == ((), ())
+    assert settings.attachment_denied_extensions == frozenset()
+    assert (settings.attachment_policy_action, settings.attachment_delivery) == ("drop", "inline")
+    assert (settings.s3_bucket, settings.s3_prefix, settings.s3_endpoint_url, settings.s3_region) == (
+        None,
+        "",
+        None,
+        None,
+    )
+    assert (settings.s3_presign_secs, settings.s3_inline_max_bytes, settings.s3_timeout) == (None, None, 30.0)
+
+
+def test_dmarc_attachment_policy_and_s3_values() -> None:
+    settings = parse_settings(
+        settings_with(
+            DMARC_MODE="Enforce",
+            DNS_SERVERS="192.0.2.53, 192.0.2.54:5353,2001:db8::53,[2001:db8::54]:5300, 192.0.2.53",
+            DNS_TIMEOUT="1.5",
+            ATTACHMENT_MAX_TOTAL_BYTES="5000",
+            ATTACHMENT_MAX_COUNT="0",
+            ATTACHMENT_ALLOWED_TYPES="Image/*, application/PDF,*/*",
+            ATTACHMENT_DENIED_TYPES="image/svg+xml",
+            ATTACHMENT_DENIED_EXTENSIONS=".EXE, js,bat",
+            ATTACHMENT_POLICY_ACTION="REJECT",
+            ATTACHMENT_DELIVERY="s3",
+            S3_BUCKET="mail.attachments-1",
+            S3_PREFIX="relay/in/",
+            S3_ENDPOINT_URL="http://minio:9000",
+            S3_REGION="eu-central-1",
+            S3_PRESIGN_SECS="604800",
+            S3_INLINE_MAX_BYTES="0",
+            S3_TIMEOUT="2",
+        )
+    )
+    assert settings.dmarc_mode == "enforce"
+    assert settings.dns_servers == (
+        ("192.0.2.53", 53),
+        ("192.0.2.54", 5353),
+        ("2001:db8::53", 53),
+        ("2001:db8::54", 5300),
+    )
+    assert settings.dns_timeout == 1.5
+    assert (settings.attachment_max_total_bytes, settings.attachment_max_count) == (5000, 0)
+    assert settings.attachment_allowed_types == ("image/*", "application/pdf", "*/*")
+    assert settings.attachment_denied_types == ("image/svg+xml",)
+    assert settings.attachment_denied_extensions == frozenset({"exe", "js", "bat"})
+    assert (settings.attachment_policy_action, settings.attachment_delivery) == ("reject", "s3")
+    assert (settings.s3_bucket, settings.s3_prefix, settings.s3_endpoint_url) == (
+        "mail.attachments-1",
+        "relay/in/",
+        "http://minio:9000",
+    )
+    assert (settings.s3_region, settings.s3_presign_secs, settings.s3_inline_max_bytes) == ("eu-central-1", 604800, 0)
+    assert settings.s3_timeout == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("DMARC_MODE", "strict", "one of off, monitor, enforce"),
+        ("DNS_SERVERS", "dns.example", DNS_EXPECTED),
+        ("DNS_SERVERS", "192.0.2.1:0", DNS_EXPECTED),
+        ("DNS_SERVERS", "192.0.2.1:53:53", DNS_EXPECTED),
+        ("DNS_SERVERS", "[2001:db8::1]x", DNS_EXPECTED),
+        ("DNS_SERVERS", ",", DNS_EXPECTED),
+        ("DNS_TIMEOUT", "0", "a number of seconds > 0"),
+        ("ATTACHMENT_MAX_BYTES", "0", "a positive integer"),
+        ("ATTACHMENT_MAX_TOTAL_BYTES", "1e6", "a positive integer"),
+        ("ATTACHMENT_MAX_COUNT", "-1", "an integer >= 0"),
+        ("ATTACHMENT_ALLOWED_TYPES", "pdf", "a comma-separated list of MIME types like application/pdf, image/*"),
+        ("ATTACHMENT_DENIED_TYPES", "*/pdf", "a comma-separated list of MIME types like application/pdf, image/*"),
+        ("ATTACHMENT_DENIED_EXTENSIONS", "tar.gz", "a comma-separated list of file extensions like exe, js, bat"),
+        ("ATTACHMENT_POLICY_ACTION", "bounce", "one of drop, reject"),
+        ("ATTACHMENT_DELIVERY", "ftp", "one of inline, s3"),
+        ("S3_BUCKET", "My_Bucket", "an S3 bucket name (3-63 characters: lower-case letters, digits, dots, hyphens)"),
+        ("S3_PREFIX", "/abs/", "an S3 key prefix like attachments/ (letters, digits and !_.*'()/-, no leading /)"),
+        ("S3_PREFIX", "a/../b/", "an S3 key prefix like attachments/ (letters, digits and !_.*'()/-, no leading /)"),
+        ("S3_ENDPOINT_URL", "minio:9000", "an absolute http(s) URL like http://127.0.0.1:9000"),
+        ("S3_REGION", "EU Central", "an AWS region name like eu-central-1"),
+        ("S3_PRESIGN_SECS", "604801", "a number of seconds 1-604800"),
+        ("S3_INLINE_MAX_BYTES", "-1", "an integer >= 0"),
+        ("S3_TIMEOUT", "never", "a number of seconds > 0"),
+    ],
+)
+def test_bad_dmarc_attachment_and_s3_values(name: str, value: str, expected: str) -> None:
+    assert error_for(settings_with(**{name: value})) == f"MAIL_RELAY_{name}: expected {expected}, got {value!r}"
+
+
+@pytest.mark.parametrize("name", ["ATTACHMENT_MAX_BYTES", "MAX_ATTACHMENT_SIZE"])
+def test_either_name_sets_the_per_attachment_limit(name: str) -> None:
+    settings = parse_settings(settings_with(**{name: "4096"}))
+    assert settings.attachment_max_bytes == settings.max_attachment_size == 4096
+
+
+def test_both_names_of_the_per_attachment_limit_is_an_error() -> None:
+    assert error_for(settings_with(ATTACHMENT_MAX_BYTES="1", MAX_ATTACHMENT_SIZE="1")) == (
+        "MAIL_RELAY_MAX_ATTACHMENT_SIZE: expected no value when MAIL_RELAY_ATTACHMENT_MAX_BYTES is set"
+        " (it is the old name of the same limit), got '1'"
+    )
+
+
+def test_old_limit_name_in_the_environment_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in __import__("os").environ if n.upper().startswith("MAIL_RELAY_")]:
+        monkeypatch.delenv(name)
+    for name, value in {**REQUIRED, "MAIL_RELAY_MAX_ATTACHMENT_SIZE": "77"}.items():
+        monkeypatch.setenv(name, value)
+    assert load_settings(tmp_path).attachment_max_bytes == 77
+    monkeypatch.setenv("MAIL_RELAY_ATTACHMENT_MAX_BYTES", "78")
+    with pytest.raises(ConfigError, match="MAIL_RELAY_MAX_ATTACHMENT_SIZE: expected no value"):
+        load_settings(tmp_path)
+
+
+def test_s3_delivery_needs_a_bucket() -> None:
+    assert error_for(settings_with(ATTACHMENT_DELIVERY="s3")) == (
+        "MAIL_RELAY_S3_BUCKET: expected an S3 bucket name (required with MAIL_RELAY_ATTACHMENT_DELIVERY=s3),"
+        " got <unset>"
+    )
+
+
+def test_s3_endpoint_password_and_query_are_not_echoed() -> None:
+    assert error_for(settings_with(S3_ENDPOINT_URL="http://key:secret@minio:9000/?token=x")) == (
+        "MAIL_RELAY_S3_ENDPOINT_URL: expected an absolute http(s) URL like http://127.0.0.1:9000,"
+        " got 'http://key:***@minio:9000/?***'"
+    )
+
+
+def test_dmarc_variables_are_known_now() -> None:
+    env = {
+        **REQUIRED,
+        "MAIL_RELAY_DMARC_MODE": "monitor",
+        "MAIL_RELAY_S3_BUCKET": "b",
+        "MAIL_RELAY_MAX_ATTACHMENT_SIZE": "1",
+    }
+    assert unknown_variables(env) == []

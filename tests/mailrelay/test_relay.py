@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import httpx
 import pytest
 
+from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
+from mailrelay._attachments import Attachment, DeliveryMode
 from mailrelay._breaker import BreakerState, CircuitBreaker
 from mailrelay._delivery import WebhookClient
-from mailrelay._dmarc import DmarcResult, DmarcVerdict
-from mailrelay._relay import INLINE_WORK_LIMIT, Relay
+from mailrelay._dmarc import DmarcPolicy, DmarcResult, DmarcVerdict
+from mailrelay._errors import AttachmentStoreFailed
+from mailrelay._parsing import MimePart
+from mailrelay._relay import BREAKER_OPEN_REASON, INLINE_WORK_LIMIT, Relay
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._session import Envelope, Session
 from mailrelay.testing import FakeClock
@@ -44,12 +48,13 @@ def make_relay(
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     client_holder.append(client)
     breaker = kw.pop("breaker", None) or CircuitBreaker(threshold=2, reset_after=60, clock=FakeClock())
+    policy = kw.pop("attachment_policy", None) or AttachmentPolicy(max_bytes=100)
     return Relay(
         webhook=WebhookClient(
             client=client, url="https://h.example/m", user_agent="UA", max_retries=1, sleep=_no_sleep
         ),
         breaker=breaker,  # type: ignore[arg-type]
-        max_attachment_size=100,
+        attachment_policy=policy,  # type: ignore[arg-type]
         header_prefixes=("x-custom-",),
         new_delivery_id=lambda: "fixed-id",
         **kw,  # type: ignore[arg-type]
@@ -96,16 +101,29 @@ async def test_4xx_gives_554_and_does_not_open_the_breaker() -> None:
     assert breaker.state is BreakerState.CLOSED
 
 
-async def test_oversized_attachment_gives_552_without_posting() -> None:
-    raw = (
-        b"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nx\r\n"
-        b"--b\r\nContent-Type: application/octet-stream\r\n\r\n" + b"y" * 200 + b"\r\n--b--\r\n"
-    )
+OVERSIZED = (
+    b"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nx\r\n"
+    b"--b\r\nContent-Type: application/octet-stream\r\n\r\n" + b"y" * 200 + b"\r\n--b--\r\n"
+)
+
+
+async def test_oversized_attachment_with_reject_gives_552_without_posting() -> None:
     recorder, clients = Recorder(), list[httpx.AsyncClient]()
-    reply = await make_relay(recorder, clients).handle_envelope(envelope(raw), Session(peer_ip="x"))
+    relay = make_relay(recorder, clients, attachment_policy=AttachmentPolicy(max_bytes=100, action=PolicyAction.REJECT))
+    reply = await relay.handle_envelope(envelope(OVERSIZED), Session(peer_ip="x"))
     await clients[0].aclose()
     assert reply == r.ATTACHMENT_TOO_LARGE
     assert recorder.bodies == []
+
+
+async def test_oversized_attachment_with_drop_is_left_out_and_counted() -> None:
+    recorder, clients = Recorder(), list[httpx.AsyncClient]()
+    relay = make_relay(recorder, clients)
+    for _ in range(2):
+        assert await relay.handle_envelope(envelope(OVERSIZED), Session(peer_ip="x")) == r.MESSAGE_ACCEPTED
+    await clients[0].aclose()
+    assert "attachments" not in json.loads(recorder.bodies[0])
+    assert relay.dropped_attachments == {"max_bytes": 2}
 
 
 class PassingDmarc:
@@ -157,3 +175,85 @@ async def test_small_messages_are_shaped_inline(monkeypatch: pytest.MonkeyPatch)
     reply = await make_relay(recorder, clients).handle_envelope(envelope(), Session(peer_ip="x"))
     await clients[0].aclose()
     assert reply == r.MESSAGE_ACCEPTED
+
+
+class ScriptedDmarc:
+    def __init__(self, verdict: DmarcVerdict) -> None:
+        self.verdict = verdict
+
+    async def evaluate(self, *, raw: bytes, peer_ip: str, helo: str, mail_from: str) -> DmarcVerdict:
+        return self.verdict
+
+
+REJECTING = DmarcVerdict(result=DmarcResult.FAIL, domain="example.org", policy=DmarcPolicy.REJECT)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "reply"),
+    [
+        (REJECTING, r.dmarc_rejected("example.org")),
+        (DmarcVerdict(result=DmarcResult.FAIL), r.DMARC_NO_AUTHOR),
+        (DmarcVerdict(result=DmarcResult.TEMPERROR, domain="example.org"), r.DMARC_TEMPERROR),
+    ],
+)
+async def test_dmarc_enforce_refuses_without_posting(verdict: DmarcVerdict, reply: r.Reply) -> None:
+    recorder, clients = Recorder(), list[httpx.AsyncClient]()
+    relay = make_relay(recorder, clients, dmarc=ScriptedDmarc(verdict), dmarc_enforce=True)
+    assert await relay.handle_envelope(envelope(), Session(peer_ip="x")) == reply
+    await clients[0].aclose()
+    assert recorder.bodies == []
+
+
+async def test_dmarc_monitor_posts_whatever_the_result() -> None:
+    recorder, clients = Recorder(), list[httpx.AsyncClient]()
+    relay = make_relay(recorder, clients, dmarc=ScriptedDmarc(REJECTING))
+    assert await relay.handle_envelope(envelope(), Session(peer_ip="x")) == r.MESSAGE_ACCEPTED
+    await clients[0].aclose()
+    payload = json.loads(recorder.bodies[0])
+    assert (payload["dmarc_result"], "authenticated_from" in payload) == ("fail", False)
+
+
+class RecordingSink:
+    def __init__(self, *, fail: bool = False) -> None:
+        self.fail = fail
+        self.discarded: list[Attachment] = []
+
+    async def store(self, parts: Sequence[MimePart], *, delivery_id: str) -> list[Attachment]:
+        if self.fail:
+            raise AttachmentStoreFailed("timeout")
+        return [
+            Attachment(content_type=p.content_type, size_bytes=1, delivery=DeliveryMode.S3, url="s3://b/k")
+            for p in parts
+        ]
+
+    async def discard(self, attachments: Sequence[Attachment]) -> None:
+        self.discarded.extend(attachments)
+
+    def close(self) -> None:
+        return None
+
+
+WITH_ATTACHMENT = (
+    b"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nx\r\n"
+    b"--b\r\nContent-Type: application/pdf\r\n\r\n%PDF\r\n--b--\r\n"
+)
+
+
+async def test_attachment_store_failure_gives_451_without_posting() -> None:
+    recorder, clients = Recorder(), list[httpx.AsyncClient]()
+    relay = make_relay(recorder, clients, attachment_sink=RecordingSink(fail=True))
+    assert await relay.handle_envelope(envelope(WITH_ATTACHMENT), Session(peer_ip="x")) == r.ATTACHMENT_STORE_FAILED
+    await clients[0].aclose()
+    assert recorder.bodies == []
+
+
+async def test_open_breaker_discards_the_stored_attachments() -> None:
+    breaker = CircuitBreaker(threshold=1, reset_after=60, clock=FakeClock())
+    breaker.allow()
+    breaker.record_failure()
+    sink, recorder, clients = RecordingSink(), Recorder(), list[httpx.AsyncClient]()
+    relay = make_relay(recorder, clients, breaker=breaker, attachment_sink=sink)
+    reply = await relay.handle_envelope(envelope(WITH_ATTACHMENT), Session(peer_ip="x"))
+    await clients[0].aclose()
+    assert reply == r.temporary_failure(BREAKER_OPEN_REASON)
+    assert [a.url for a in sink.discarded] == ["s3://b/k"]

@@ -53,6 +53,22 @@ TLS_NOT_AVAILABLE = Reply(code=454, text="4.7.0 TLS not available")
 SIZE_DECLARED_TOO_LARGE = Reply(code=552, text="5.3.4 Declared message size exceeds fixed limit")
 MESSAGE_TOO_LARGE = Reply(code=552, text="5.3.4 Message size exceeds fixed limit")
 ATTACHMENT_TOO_LARGE = Reply(code=552, text="5.3.4 Attachment size exceeds fixed limit")
+ATTACHMENTS_TOO_LARGE = Reply(code=552, text="5.3.4 Total size of attachments exceeds fixed limit")
+TOO_MANY_ATTACHMENTS = Reply(code=552, text="5.3.4 Too many attachments")
+ATTACHMENT_TYPE_REFUSED = Reply(code=554, text="5.7.1 Attachment type not allowed")
+ATTACHMENT_EXTENSION_REFUSED = Reply(code=554, text="5.7.1 Attachment file name extension not allowed")
+ATTACHMENT_POLICY_REPLIES = {
+    "max_bytes": ATTACHMENT_TOO_LARGE,
+    "max_total_bytes": ATTACHMENTS_TOO_LARGE,
+    "max_count": TOO_MANY_ATTACHMENTS,
+    "denied_type": ATTACHMENT_TYPE_REFUSED,
+    "type_not_allowed": ATTACHMENT_TYPE_REFUSED,
+    "denied_extension": ATTACHMENT_EXTENSION_REFUSED,
+}
+"""The reply for each attachment-policy rule when the policy's action is reject (keys: AttachmentRejected.rule)."""
+ATTACHMENT_STORE_FAILED = Reply(code=451, text="4.3.0 Attachment storage unavailable, try again later")
+DMARC_NO_AUTHOR = Reply(code=550, text="5.7.1 Message rejected: DMARC needs exactly one From address")
+DMARC_TEMPERROR = Reply(code=451, text="4.7.0 DMARC check failed temporarily (DNS), try again later")
 MESSAGE_UNPARSABLE = Reply(code=554, text="5.6.0 Message could not be parsed")
 LOCAL_ERROR = Reply(code=451, text="4.3.0 Local error in processing")
 
@@ -74,6 +90,11 @@ def temporary_failure(reason: str) -> Reply:
 def permanent_failure(reason: str) -> Reply:
     """554 5.6.0: the webhook refused the message for good."""
     return Reply(code=554, text=f"5.6.0 {reason}")
+
+
+def dmarc_rejected(domain: str) -> Reply:
+    """550 5.7.1: the From domain publishes p=reject and the message did not authenticate (`domain` is ASCII)."""
+    return Reply(code=550, text=f"5.7.1 Message rejected: unauthenticated mail from {domain} (DMARC policy)")
 
 
 def ehlo_lines(*, domain: str, size_limit: int, offer_starttls: bool) -> list[str]:

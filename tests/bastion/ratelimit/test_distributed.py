@@ -108,6 +108,10 @@ class TestThroughTheApp:
         user = unique()
         settings = distributed_settings(
             valkey_url,
+            # A key lives until its bucket is full again: 2 a minute keeps it ~30 s after one request, long
+            # enough to read its TTL on a loaded machine (at the default 600 a minute it is gone after 0.1 s).
+            per_user_rpm=2,
+            per_ip_rpm=2,
             routes={
                 "POST /api/*/uploads": {"requests_per_minute": 5},
                 "GET /api/v1/missing": {"requests_per_hour": 5, "per_user": False},

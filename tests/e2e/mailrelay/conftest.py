@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ssl
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from tests.e2e.mailrelay.support import (
     relay_env,
     wait_until_listening,
 )
+from tests.mailrelay.servers import DnsZone, S3Server
 
 
 @pytest.fixture(scope="session")
@@ -45,13 +46,14 @@ def client_tls_context(tls_files: tuple[Path, Path]) -> ssl.SSLContext:
 
 @pytest.fixture(scope="session")
 def start_relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RelayProcess]]:
-    """Factory: start_relay(WEBHOOK_URL=..., **MAIL_RELAY_overrides) -> a listening RelayProcess.
+    """Factory: start_relay(WEBHOOK_URL=..., **MAIL_RELAY_overrides) -> a listening RelayProcess; `environment`
+    adds other variables (AWS_*).
 
     Every process started here is stopped (SIGTERM, then kill) at the end of the session.
     """
     started: list[RelayProcess] = []
 
-    def start(**settings: str) -> RelayProcess:
+    def start(*, environment: Mapping[str, str] | None = None, **settings: str) -> RelayProcess:
         workdir = tmp_path_factory.mktemp("relay")  # an empty cwd: no stray .env is read
         smtp_port, health_port = free_port(), free_port()
         values = {
@@ -63,7 +65,6 @@ def start_relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
             "WEBHOOK_TIMEOUT": "5",
             "WEBHOOK_BACKOFF_BASE": "0.01",
             "MAX_MESSAGE_SIZE": str(MAX_MESSAGE_SIZE),
-            "MAX_ATTACHMENT_SIZE": str(MAX_ATTACHMENT_SIZE),
             "SHUTDOWN_GRACE": "5",
             "LOG_LEVEL": "DEBUG",
             **settings,
@@ -73,7 +74,7 @@ def start_relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
             proc = subprocess.Popen(
                 relay_command(),
                 cwd=workdir,
-                env=relay_env(**values),
+                env={**relay_env(**values), **(environment or {})},
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
             )
@@ -104,10 +105,12 @@ def webhook(receiver: WebhookReceiver) -> WebhookReceiver:
 def relay(
     start_relay: Callable[..., RelayProcess], receiver: WebhookReceiver, tls_files: tuple[Path, Path]
 ) -> RelayProcess:
-    """The shared relay: signing on, header passthrough for X-Custom-* and X-Tracking*, test TLS pair."""
+    """The shared relay: signing on, header passthrough for X-Custom-* and X-Tracking*, test TLS pair, the
+    per-attachment limit under its old name MAX_ATTACHMENT_SIZE (with the default policy action, drop)."""
     cert, key = tls_files
     return start_relay(
         WEBHOOK_URL=receiver.url,
+        MAX_ATTACHMENT_SIZE=str(MAX_ATTACHMENT_SIZE),
         WEBHOOK_SIGNING_SECRET=SECRET,
         HEADER_PREFIX="X-Custom-, x-tracking",
         TLS_CERT=str(cert),
@@ -119,3 +122,20 @@ def relay(
 def dead_url() -> str:
     """A webhook URL on a port where nothing listens."""
     return f"http://127.0.0.1:{free_port()}/webhook"
+
+
+@pytest.fixture(scope="session")
+def dns_zone() -> Iterator[DnsZone]:
+    """A real DNS server on loopback (UDP and TCP); relays point MAIL_RELAY_DNS_SERVERS at it."""
+    with DnsZone() as zone:
+        yield zone
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 API server in a child process on a free loopback port, stopped by its PID at the end."""
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.mailrelay.servers import S3_ACCESS_KEY, S3_SECRET_KEY
+
 MAILRELAY = Path(sys.executable).with_name("mailrelay")
 STARTUP_TIMEOUT_SECS = 15.0
 STOP_TIMEOUT_SECS = 10.0
@@ -24,6 +26,14 @@ TARGET = "inbox@example.test"
 SECOND_TARGET = "support@example.test"
 MAX_MESSAGE_SIZE = 200_000
 MAX_ATTACHMENT_SIZE = 20_000
+AWS_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+    "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+    "AWS_CONFIG_FILE": "/dev/null",  # nothing of the machine's own AWS set-up
+    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+"""The standard AWS variables a relay with S3 delivery gets: the test server's keys."""
 
 
 @dataclass

@@ -132,7 +132,11 @@ def test_other_4xx_is_554(relay: RelayProcess, webhook: WebhookReceiver, status:
     assert len(webhook.wait_for(1)) == 1  # never retried
 
 
-def test_attachment_over_limit_is_552_and_not_posted(relay: RelayProcess, webhook: WebhookReceiver) -> None:
+def test_attachment_over_limit_with_reject_is_552_and_not_posted(
+    start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver
+) -> None:
+    """The limit's old name and POLICY_ACTION=reject give the 552 of earlier releases (the default action drops)."""
+    relay = start_relay(WEBHOOK_URL=webhook.url, MAX_ATTACHMENT_SIZE="20000", ATTACHMENT_POLICY_ACTION="reject")
     blob = base64.encodebytes(b"\x00" * 30_000).replace(b"\n", b"\r\n")
     message = (
         b"Subject: big\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=b1\r\n\r\n"
