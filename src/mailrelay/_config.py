@@ -33,7 +33,9 @@ DEFAULT_HEALTH_PORT = 8080
 DEFAULT_WEBHOOK_TIMEOUT_SECS = 30.0
 DEFAULT_WEBHOOK_MAX_RETRIES = 3
 DEFAULT_WEBHOOK_BACKOFF_BASE_SECS = 1.0
-DEFAULT_BREAKER_THRESHOLD = 5
+DEFAULT_BREAKER_FAILURE_RATE = 0.5
+DEFAULT_BREAKER_MIN_REQUESTS = 10
+DEFAULT_BREAKER_HALF_OPEN_REQUESTS = 1
 DEFAULT_BREAKER_RESET_SECS = 60.0
 DEFAULT_MAX_MESSAGE_SIZE = 26_214_400
 DEFAULT_MAX_ATTACHMENT_SIZE = 10_485_760
@@ -168,6 +170,24 @@ def _positive_int(raw: str) -> int:
 
 def _non_negative_int(raw: str) -> int:
     return _integer(raw, "an integer >= 0", 0)
+
+
+def _failure_rate(raw: str) -> float:
+    expected = "a failure rate between 0.0 and 1.0"
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(expected) from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(expected)
+    return value
+
+
+def _removed_breaker_threshold(raw: str) -> None:
+    raise ValueError(
+        "nothing: this variable was removed; the breaker now opens on a failure rate over webhook attempts, "
+        "set MAIL_RELAY_CIRCUIT_BREAKER_FAILURE_RATE (0.0-1.0) and MAIL_RELAY_CIRCUIT_BREAKER_MIN_REQUESTS instead"
+    )
 
 
 def _retries(raw: str) -> int:
@@ -354,8 +374,12 @@ class Settings(BaseSettings):
     webhook_timeout: PositiveSeconds = DEFAULT_WEBHOOK_TIMEOUT_SECS
     webhook_max_retries: Annotated[int, _env(_retries)] = DEFAULT_WEBHOOK_MAX_RETRIES
     webhook_backoff_base: NonNegativeSeconds = DEFAULT_WEBHOOK_BACKOFF_BASE_SECS
-    circuit_breaker_threshold: PositiveInt = DEFAULT_BREAKER_THRESHOLD
+    # The webhook's circuit breaker (bastion_core.CircuitBreaker: the spec's rate over a sliding window).
+    circuit_breaker_failure_rate: Annotated[float, _env(_failure_rate)] = DEFAULT_BREAKER_FAILURE_RATE
+    circuit_breaker_min_requests: PositiveInt = DEFAULT_BREAKER_MIN_REQUESTS
+    circuit_breaker_half_open_requests: PositiveInt = DEFAULT_BREAKER_HALF_OPEN_REQUESTS
     circuit_breaker_reset: PositiveSeconds = DEFAULT_BREAKER_RESET_SECS
+    circuit_breaker_threshold: Annotated[None, _env(_removed_breaker_threshold)] = None
     max_message_size: PositiveInt = DEFAULT_MAX_MESSAGE_SIZE
     max_attachment_size: PositiveInt = DEFAULT_MAX_ATTACHMENT_SIZE
     log_level: Annotated[str, _env(_log_level)] = "INFO"

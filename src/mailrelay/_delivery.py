@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import httpx
 import structlog
 
-from bastion_core import parse_retry_after, retry_wait
+from bastion_core import CircuitOpenError, parse_retry_after, retry_wait
 from mailrelay._signing import signature_headers
 
 DELIVERY_ID_HEADER = "X-MailRelay-Delivery-Id"
@@ -33,12 +33,17 @@ class DeliveryOutcome(enum.Enum):
     REJECTED = "rejected"  # a final 4xx: 554, the receiver refused it
 
 
+BREAKER_OPEN_REASON = "Webhook temporarily unavailable (circuit open), try again later"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeliveryResult:
     outcome: DeliveryOutcome
     attempts: int
     reason: str
     status: int | None = None
+    posted: bool = True
+    """Whether any attempt left the relay (False when the circuit was open before the first one)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,10 +51,15 @@ class _Attempt:
     status: int | None
     retry_after: str | None
     error: str | None
+    circuit_open: bool = False
 
 
 class WebhookClient:
     """POSTs payload bytes to the webhook until a final answer or the retry budget is spent.
+
+    The httpx client's transport is expected to carry the circuit breaker (``bastion_core.ResilientTransport``):
+    every attempt counts (a 5xx or a network error is a failure), and an open circuit ends the delivery at
+    once with ``BREAKER_OPEN_REASON``, without a POST.
 
     Every attempt carries Content-Type, User-Agent and the delivery id (the same on every retry);
     with a secret, X-MailRelay-Timestamp and X-MailRelay-Signature-256 are recomputed per attempt
@@ -88,6 +98,15 @@ class WebhookClient:
         while True:
             attempts += 1
             attempt = await self._attempt(body, delivery_id)
+            if attempt.circuit_open:
+                # The breaker refused the attempt without sending it: no retry can get through for now.
+                log.warning("webhook_circuit_open", delivery_id=delivery_id, attempts=attempts)
+                return DeliveryResult(
+                    outcome=DeliveryOutcome.TEMPORARY_FAILURE,
+                    attempts=attempts - 1,
+                    reason=BREAKER_OPEN_REASON,
+                    posted=attempts > 1,
+                )
             status = attempt.status
             if status is not None and 200 <= status < 300:
                 log.info("webhook_delivered", delivery_id=delivery_id, status=status, attempts=attempts)
@@ -153,6 +172,8 @@ class WebhookClient:
                     length = response.headers.get("content-length", "")
                     if length.isdigit() and int(length) <= MAX_DRAINED_RESPONSE_BYTES:
                         await response.aread()
+        except CircuitOpenError:
+            return _Attempt(status=None, retry_after=None, error="circuit open", circuit_open=True)
         except (TimeoutError, httpx.TimeoutException):
             problem = "timeout"
         except httpx.HTTPError as exc:

@@ -12,10 +12,10 @@ from typing import TypeVar
 
 import structlog
 
+from bastion_core import BreakerState, CircuitBreaker
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
 from mailrelay._attachments import AttachmentSink, InlineSink
-from mailrelay._breaker import CircuitBreaker
-from mailrelay._delivery import DeliveryOutcome, WebhookClient
+from mailrelay._delivery import BREAKER_OPEN_REASON, DeliveryOutcome, WebhookClient
 from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcement
 from mailrelay._errors import AttachmentRejected, AttachmentStoreFailed
 from mailrelay._parsing import MimePart, parse_message, scrub
@@ -26,7 +26,6 @@ from mailrelay.smtp._session import Envelope, Session
 
 INLINE_WORK_LIMIT = 16 * 1024  # bytes of message; above it parsing and shaping run in a thread
 # (html2text takes ~1 ms per KiB: 128 KiB inline stalled every other session for ~0.14 s)
-BREAKER_OPEN_REASON = "Webhook temporarily unavailable (circuit open), try again later"
 LOGGED_FILENAME_CHARS = 200
 
 T = TypeVar("T")
@@ -40,15 +39,16 @@ class Relay:
     Order: parse; the attachment policy (552/554 when its action is reject; dropped attachments are logged and
     counted); DMARC when an evaluator is set (with `dmarc_enforce`: 550 for a failing p=reject domain, 451 on
     temperror); the attachments' upload (451 when it fails); then the webhook. The reply is known only after the
-    webhook answered: 250 delivered, 451 temporary (retries exhausted or the breaker is open; the sending server
+    webhook answered: 250 delivered, 451 temporary (retries exhausted or the circuit is open; the sending server
     keeps the message), 554 refused by the webhook. The recipient in the payload is the first accepted one.
+    `breaker` is the one under the webhook client's transport: while it is open the reply is 451 at once.
     """
 
     def __init__(
         self,
         *,
         webhook: WebhookClient,
-        breaker: CircuitBreaker,
+        breaker: CircuitBreaker | None = None,
         attachment_policy: AttachmentPolicy,
         header_prefixes: Sequence[str] = (),
         attachment_sink: AttachmentSink | None = None,
@@ -80,6 +80,10 @@ class Relay:
     async def handle_envelope(self, envelope: Envelope, session: Session) -> Reply:
         delivery_id = self._new_delivery_id()
         bound = log.bind(delivery_id=delivery_id, peer=session.peer_ip)
+        if self.breaker is not None and self.breaker.state is BreakerState.OPEN:
+            # Nothing can be posted for now: say so before parsing, checking or uploading anything.
+            bound.warning("message_deferred", reason="circuit_open", retry_in=round(self.breaker.retry_after(), 1))
+            return r.temporary_failure(BREAKER_OPEN_REASON)
         raw = envelope.content or b""
         try:
             message = await self._cpu_bound(len(raw), parse_message, raw)
@@ -126,23 +130,9 @@ class Relay:
             ),
         )
         body = payload.to_json()
-        if not self.breaker.allow():
-            bound.warning("message_deferred", reason="circuit_open", retry_in=round(self.breaker.retry_in(), 1))
+        result = await self.webhook.deliver(body, delivery_id=delivery_id)
+        if not result.posted:
             await self.attachment_sink.discard(attachments)  # nothing was posted: no object is referenced
-            return r.temporary_failure(BREAKER_OPEN_REASON)
-        try:
-            result = await self.webhook.deliver(body, delivery_id=delivery_id)
-        except asyncio.CancelledError:
-            self.breaker.record_failure()  # unknown outcome: do not leave a half-open probe hanging
-            raise
-        except Exception:
-            self.breaker.record_failure()
-            raise
-        if result.outcome is DeliveryOutcome.TEMPORARY_FAILURE:
-            # only failed messages count: a 4xx refusal proves the receiver is up
-            self.breaker.record_failure()
-        else:
-            self.breaker.record_success()
         bound.info(
             "message_relayed",
             outcome=result.outcome.value,

@@ -13,10 +13,16 @@ from collections.abc import Awaitable, Sequence
 import httpx
 import structlog
 
-from bastion_core import UNKNOWN_VARIABLE_EVENT, ConfigError, configure_logging
+from bastion_core import (
+    UNKNOWN_VARIABLE_EVENT,
+    CircuitBreaker,
+    ConfigError,
+    Guard,
+    ResilientTransport,
+    configure_logging,
+)
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
 from mailrelay._attachments import AttachmentSink, InlineSink
-from mailrelay._breaker import CircuitBreaker
 from mailrelay._config import PREFIX, Settings, load_settings, read_environment, unknown_variables
 from mailrelay._delivery import WebhookClient
 from mailrelay._dns import DnsClient, NoResolver
@@ -128,7 +134,18 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
     """Run until SIGTERM or SIGINT, then shut down gracefully (see SmtpServer.shutdown)."""
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
     sink = attachment_sink(settings)
-    async with httpx.AsyncClient(timeout=settings.webhook_timeout, limits=limits, follow_redirects=False) as client:
+    # The spec's outbound order: the breaker, then the call (no bulkhead: MAIL_RELAY_MAX_SESSIONS bounds the calls).
+    breaker = CircuitBreaker(
+        "webhook",
+        threshold=settings.circuit_breaker_failure_rate,
+        min_requests=settings.circuit_breaker_min_requests,
+        wait_secs=settings.circuit_breaker_reset,
+        half_open_requests=settings.circuit_breaker_half_open_requests,
+    )
+    transport = ResilientTransport(Guard(breaker=breaker), httpx.AsyncHTTPTransport(limits=limits))
+    async with httpx.AsyncClient(
+        transport=transport, timeout=settings.webhook_timeout, follow_redirects=False
+    ) as client:
         relay = Relay(
             webhook=WebhookClient(
                 client=client,
@@ -139,9 +156,7 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
                 max_retries=settings.webhook_max_retries,
                 backoff_base=settings.webhook_backoff_base,
             ),
-            breaker=CircuitBreaker(
-                threshold=settings.circuit_breaker_threshold, reset_after=settings.circuit_breaker_reset
-            ),
+            breaker=breaker,
             attachment_policy=attachment_policy(settings),
             attachment_sink=sink,
             header_prefixes=settings.header_prefixes,

@@ -19,6 +19,11 @@ DOCS = Path(__file__).parents[2] / "docs" / "mailrelay.md"
 DNS_EXPECTED = "a comma-separated list of DNS server addresses like 192.0.2.53, 192.0.2.54:5353 or [2001:db8::53]:53"
 INSECURE = "an https URL (plain http is allowed only to loopback hosts unless MAIL_RELAY_WEBHOOK_ALLOW_INSECURE=true)"
 
+REMOVED_BREAKER_THRESHOLD = (
+    "nothing: this variable was removed; the breaker now opens on a failure rate over webhook attempts, "
+    "set MAIL_RELAY_CIRCUIT_BREAKER_FAILURE_RATE (0.0-1.0) and MAIL_RELAY_CIRCUIT_BREAKER_MIN_REQUESTS instead"
+)
+
 
 def settings_with(**values: str) -> dict[str, str]:
     return {**REQUIRED, **{f"MAIL_RELAY_{k}": v for k, v in values.items()}}
@@ -43,7 +48,9 @@ def test_defaults() -> None:
     assert settings.webhook_timeout == 30
     assert settings.webhook_max_retries == 3
     assert settings.webhook_backoff_base == 1.0
-    assert settings.circuit_breaker_threshold == 5
+    assert settings.circuit_breaker_failure_rate == 0.5
+    assert settings.circuit_breaker_min_requests == 10
+    assert settings.circuit_breaker_half_open_requests == 1
     assert settings.circuit_breaker_reset == 60
     assert settings.max_message_size == 26_214_400
     assert settings.max_attachment_size == 10_485_760
@@ -130,7 +137,11 @@ def test_allow_insecure_permits_plain_http_anywhere() -> None:
         ("WEBHOOK_MAX_RETRIES", "-1", "an integer 0-20"),
         ("WEBHOOK_MAX_RETRIES", "21", "an integer 0-20"),
         ("WEBHOOK_BACKOFF_BASE", "-0.5", "a number of seconds >= 0"),
-        ("CIRCUIT_BREAKER_THRESHOLD", "0", "a positive integer"),
+        ("CIRCUIT_BREAKER_FAILURE_RATE", "1.5", "a failure rate between 0.0 and 1.0"),
+        ("CIRCUIT_BREAKER_FAILURE_RATE", "half", "a failure rate between 0.0 and 1.0"),
+        ("CIRCUIT_BREAKER_MIN_REQUESTS", "0", "a positive integer"),
+        ("CIRCUIT_BREAKER_HALF_OPEN_REQUESTS", "0", "a positive integer"),
+        ("CIRCUIT_BREAKER_THRESHOLD", "5", REMOVED_BREAKER_THRESHOLD),
         ("CIRCUIT_BREAKER_RESET", "soon", "a number of seconds > 0"),
         ("MAX_MESSAGE_SIZE", "0", "a positive integer"),
         ("MAX_ATTACHMENT_SIZE", "10MB", "a positive integer"),

@@ -9,14 +9,14 @@ from collections.abc import Callable, Sequence
 import httpx
 import pytest
 
+from bastion_core import BreakerState, CircuitBreaker, Guard, ResilientTransport
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
 from mailrelay._attachments import Attachment, DeliveryMode
-from mailrelay._breaker import BreakerState, CircuitBreaker
-from mailrelay._delivery import WebhookClient
+from mailrelay._delivery import BREAKER_OPEN_REASON, WebhookClient
 from mailrelay._dmarc import DmarcPolicy, DmarcResult, DmarcVerdict
 from mailrelay._errors import AttachmentStoreFailed
 from mailrelay._parsing import MimePart
-from mailrelay._relay import BREAKER_OPEN_REASON, INLINE_WORK_LIMIT, Relay
+from mailrelay._relay import INLINE_WORK_LIMIT, Relay
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._session import Envelope, Session
 from mailrelay.testing import FakeClock
@@ -45,15 +45,18 @@ async def _no_sleep(seconds: float) -> None:
 def make_relay(
     handler: Callable[[httpx.Request], httpx.Response], client_holder: list[httpx.AsyncClient], **kw: object
 ) -> Relay:
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    breaker = kw.pop("breaker", None) or CircuitBreaker(min_requests=4, wait_secs=60, clock=FakeClock())
+    assert isinstance(breaker, CircuitBreaker)
+    # As in cli.py: the breaker sits under the webhook client, in its transport.
+    transport = ResilientTransport(Guard(breaker=breaker), httpx.MockTransport(handler))
+    client = httpx.AsyncClient(transport=transport)
     client_holder.append(client)
-    breaker = kw.pop("breaker", None) or CircuitBreaker(threshold=2, reset_after=60, clock=FakeClock())
     policy = kw.pop("attachment_policy", None) or AttachmentPolicy(max_bytes=100)
     return Relay(
         webhook=WebhookClient(
             client=client, url="https://h.example/m", user_agent="UA", max_retries=1, sleep=_no_sleep
         ),
-        breaker=breaker,  # type: ignore[arg-type]
+        breaker=breaker,
         attachment_policy=policy,  # type: ignore[arg-type]
         header_prefixes=("x-custom-",),
         new_delivery_id=lambda: "fixed-id",
@@ -77,9 +80,8 @@ async def test_delivered_message_gets_250_and_the_payload() -> None:
     }
 
 
-async def test_retries_exhausted_gives_451_and_counts_for_the_breaker() -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(threshold=2, reset_after=60, clock=clock)
+async def test_retries_exhausted_gives_451_and_every_attempt_counts_for_the_breaker() -> None:
+    breaker = CircuitBreaker(threshold=0.5, min_requests=4, wait_secs=60, clock=FakeClock())
     recorder, clients = Recorder(500, 500, 500, 500), list[httpx.AsyncClient]()
     relay = make_relay(recorder, clients, breaker=breaker)
     first = await relay.handle_envelope(envelope(), Session(peer_ip="x"))
@@ -89,11 +91,11 @@ async def test_retries_exhausted_gives_451_and_counts_for_the_breaker() -> None:
     third = await relay.handle_envelope(envelope(), Session(peer_ip="x"))
     await clients[0].aclose()
     assert third == r.temporary_failure("Webhook temporarily unavailable (circuit open), try again later")
-    assert len(recorder.bodies) == 4  # 2 messages x 2 attempts; none for the third
+    assert len(recorder.bodies) == 4  # 2 messages x 2 attempts = 4 failures of 4; none for the third
 
 
 async def test_4xx_gives_554_and_does_not_open_the_breaker() -> None:
-    breaker = CircuitBreaker(threshold=1, reset_after=60, clock=FakeClock())
+    breaker = CircuitBreaker(min_requests=1, wait_secs=60, clock=FakeClock())
     recorder, clients = Recorder(422), list[httpx.AsyncClient]()
     reply = await make_relay(recorder, clients, breaker=breaker).handle_envelope(envelope(), Session(peer_ip="x"))
     await clients[0].aclose()
@@ -216,11 +218,13 @@ async def test_dmarc_monitor_posts_whatever_the_result() -> None:
 class RecordingSink:
     def __init__(self, *, fail: bool = False) -> None:
         self.fail = fail
+        self.stored: list[MimePart] = []
         self.discarded: list[Attachment] = []
 
     async def store(self, parts: Sequence[MimePart], *, delivery_id: str) -> list[Attachment]:
         if self.fail:
             raise AttachmentStoreFailed("timeout")
+        self.stored.extend(parts)
         return [
             Attachment(content_type=p.content_type, size_bytes=1, delivery=DeliveryMode.S3, url="s3://b/k")
             for p in parts
@@ -247,13 +251,27 @@ async def test_attachment_store_failure_gives_451_without_posting() -> None:
     assert recorder.bodies == []
 
 
-async def test_open_breaker_discards_the_stored_attachments() -> None:
-    breaker = CircuitBreaker(threshold=1, reset_after=60, clock=FakeClock())
-    breaker.allow()
-    breaker.record_failure()
+async def test_open_circuit_answers_451_before_anything_is_stored() -> None:
+    breaker = CircuitBreaker(min_requests=1, wait_secs=60, clock=FakeClock())
+    breaker.record(breaker.admit(), success=False)
+    sink, recorder, clients = RecordingSink(), Recorder(), list[httpx.AsyncClient]()
+    relay = make_relay(recorder, clients, breaker=breaker, attachment_sink=sink)
+    reply = await relay.handle_envelope(envelope(WITH_ATTACHMENT), Session(peer_ip="x"))
+    await clients[0].aclose()
+    assert reply == r.temporary_failure(BREAKER_OPEN_REASON)
+    assert (sink.stored, sink.discarded, recorder.bodies) == ([], [], [])
+
+
+async def test_circuit_refusing_the_first_attempt_discards_the_stored_attachments() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(min_requests=1, wait_secs=60, half_open_requests=1, clock=clock)
+    breaker.record(breaker.admit(), success=False)
+    clock.advance(60)
+    breaker.admit()  # Half-Open: another message holds the one test slot
     sink, recorder, clients = RecordingSink(), Recorder(), list[httpx.AsyncClient]()
     relay = make_relay(recorder, clients, breaker=breaker, attachment_sink=sink)
     reply = await relay.handle_envelope(envelope(WITH_ATTACHMENT), Session(peer_ip="x"))
     await clients[0].aclose()
     assert reply == r.temporary_failure(BREAKER_OPEN_REASON)
     assert [a.url for a in sink.discarded] == ["s3://b/k"]
+    assert recorder.bodies == []

@@ -59,7 +59,7 @@ def configuration_error(variable: str, expected: str, shown: str) -> str:
         pytest.param("PORT", "70000", "a TCP port 0-65535", id="port-range"),
         pytest.param("WEBHOOK_TIMEOUT", "-1", "a number of seconds > 0", id="timeout-negative"),
         pytest.param("WEBHOOK_MAX_RETRIES", "many", "an integer 0-20", id="retries-text"),
-        pytest.param("CIRCUIT_BREAKER_THRESHOLD", "0", "a positive integer", id="threshold-zero"),
+        pytest.param("CIRCUIT_BREAKER_MIN_REQUESTS", "0", "a positive integer", id="breaker-window-zero"),
         pytest.param("MAX_MESSAGE_SIZE", "1e6", "a positive integer", id="size-float"),
         pytest.param("LOG_LEVEL", "LOUD", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL", id="log-level"),
         pytest.param("LOG_FORMAT", "xml", "one of auto, json, console", id="log-format"),

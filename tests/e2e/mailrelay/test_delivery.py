@@ -156,22 +156,32 @@ def test_open_breaker_answers_451_at_once_without_posting(
     relay = start_relay(
         WEBHOOK_URL=webhook.url,
         WEBHOOK_MAX_RETRIES="0",
-        CIRCUIT_BREAKER_THRESHOLD="2",
+        CIRCUIT_BREAKER_FAILURE_RATE="0.5",
+        CIRCUIT_BREAKER_MIN_REQUESTS="2",
         CIRCUIT_BREAKER_RESET="600",
     )
     webhook.reset(default=500)
     assert transaction(relay) == failed("HTTP 500")
-    assert transaction(relay) == failed("HTTP 500")
+    assert transaction(relay) == failed("HTTP 500")  # 2 of the last 2 attempts failed: 1.0 > 0.5 opens it
     assert len(webhook.wait_for(2)) == 2
     assert transaction(relay) == (451, b"4.3.0 Webhook temporarily unavailable (circuit open), try again later")
     assert len(webhook.requests) == 2  # the third message never reached the webhook
+
+
+def test_4xx_answers_never_open_the_breaker(start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver) -> None:
+    relay = start_relay(WEBHOOK_URL=webhook.url, WEBHOOK_MAX_RETRIES="0", CIRCUIT_BREAKER_MIN_REQUESTS="2")
+    webhook.reset(default=422)
+    refused = (554, b"5.6.0 Webhook refused the message (HTTP 422)")
+    assert [transaction(relay) for _ in range(4)] == [refused] * 4
+    webhook.reset(default=200)
+    assert transaction(relay) == DELIVERED
 
 
 def test_breaker_half_open_probe_closes_it(start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver) -> None:
     relay = start_relay(
         WEBHOOK_URL=webhook.url,
         WEBHOOK_MAX_RETRIES="0",
-        CIRCUIT_BREAKER_THRESHOLD="1",
+        CIRCUIT_BREAKER_MIN_REQUESTS="1",
         CIRCUIT_BREAKER_RESET="0.2",
     )
     webhook.script(500)
