@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import loadgen, report
+from bench import brokerload, loadgen, report
 from bench.loadgen import Sample
 from bench.processes import cpu_seconds, machine_busy_seconds
 from bench.report import RowResult
@@ -72,6 +72,9 @@ def _load(scenario: Scenario, target: Target, seconds: float, options: Options) 
             concurrency=scenario.connections or options.connections,
             token=target.grpc_token,
         )
+    if scenario.kind == "broker":
+        assert target.broker is not None
+        return brokerload.consume_load(target.broker, seconds, target.notes)
     if scenario.kind == "smtp":
         return loadgen.smtp_load(target.smtp_port, duration=seconds, connections=scenario.connections or 1, rcpt=RCPT)
     return loadgen.http_load(

@@ -86,7 +86,7 @@ def table(results: dict[str, RowResult]) -> str:
             lines.append(f"| {name} | {text} | | | | | | | | | | {notes} |")
             continue
         rates = [s.rate for s in row.samples]
-        unit = {"smtp": "msg/s", "grpc": "calls/s"}.get(row.scenario.kind, "req/s")
+        unit = {"smtp": "msg/s", "grpc": "calls/s", "broker": "msg/s"}.get(row.scenario.kind, "req/s")
         if not row.measured:
             bad = sum(s.non_2xx + s.errors for s in row.samples)
             unit += f" INVALID ({bad} of {sum(s.requests for s in row.samples)} failed)"

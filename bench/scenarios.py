@@ -18,6 +18,7 @@ from typing import Literal
 
 import httpx
 
+from bench import brokerload
 from bench.processes import REPO, ServerProcess, free_port, port_open, venv_script
 
 EXAMPLE_APP = "examples.documents_api:service"
@@ -76,6 +77,8 @@ class Target:
     """A side effect to count across the timed run (Valkey commands, webhooks received)."""
     explain: Callable[[int, int], str] | None = None
     """``(counted during the timed run, completed requests) -> note`` for the row."""
+    broker: brokerload.Broker | None = None
+    """The broker rows' server, whose consumer's acknowledgements are the row's rate."""
 
 
 Start = Callable[[Workspace], contextlib.AbstractContextManager[Target]]
@@ -86,7 +89,7 @@ class Scenario:
     """One row: ``kind`` says which load generator drives it; ``ceiling`` names the row it is compared with."""
 
     name: str
-    kind: Literal["http", "grpc", "smtp", "none"]
+    kind: Literal["http", "grpc", "smtp", "broker", "none"]
     start: Start | None
     connections: int | None = None
     ceiling: str | None = None
@@ -278,6 +281,20 @@ def _valkey_commands(url: str) -> int:
 
 
 @contextlib.contextmanager
+def _consumer(ws: Workspace, *, framework: bool) -> Iterator[Target]:
+    with brokerload.consumer_row(ws.root, ws.log, framework=framework) as (broker, consumer):
+        yield Target(measured=[consumer.pid], helpers={"nats-server": broker.server.pid}, broker=broker)
+
+
+def broker_nats_py(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _consumer(ws, framework=False)
+
+
+def broker_bastion(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _consumer(ws, framework=True)
+
+
+@contextlib.contextmanager
 def _smtp(ws: Workspace, *, relay: bool) -> Iterator[Target]:
     smtp_port = free_port()
     started: list[ServerProcess] = []
@@ -351,6 +368,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="bastion-secured-distributed", kind="http", start=bastion_secured_distributed, ceiling="raw"),
     Scenario(name="grpclib-bare", kind="grpc", start=grpc_bare),
     Scenario(name="grpc-secured", kind="grpc", start=grpc_secured, ceiling="grpclib-bare"),
+    Scenario(name="broker nats-py consumer", kind="broker", start=broker_nats_py),
+    Scenario(name="broker bastion consumer", kind="broker", start=broker_bastion, ceiling="broker nats-py consumer"),
     Scenario(name="aiosmtpd (1 conn)", kind="smtp", start=aiosmtpd, connections=1),
     Scenario(name="aiosmtpd (4 conn)", kind="smtp", start=aiosmtpd, connections=4),
     Scenario(name="mailrelay (1 conn)", kind="smtp", start=mailrelay, connections=1, ceiling="aiosmtpd (1 conn)"),

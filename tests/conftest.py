@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from bastion import BastionApp, Service, Settings, load_settings
+from bastion_core.testing import free_port
 from tests.nats_server import NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,11 +34,24 @@ def open_settings(path: str | os.PathLike[str] | None = None, *, environ: Mappin
     return load_settings(path, environ={**TOKEN_OFF, **(environ or {})})
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+@contextlib.asynccontextmanager
+async def running(app: BastionApp) -> AsyncIterator[BastionApp]:
+    """Run ``app``'s lifespan (start-up hooks, broker, gRPC) around the block, as a server would.
+
+    Raises AssertionError with the app's message when start-up fails."""
+    inbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+    outbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+    task = asyncio.create_task(app({"type": "lifespan", "state": {}}, inbox.get, outbox.put))  # type: ignore[arg-type]
+    await inbox.put({"type": "lifespan.startup"})
+    started = await outbox.get()
+    if started["type"] != "lifespan.startup.complete":
+        await task
+        raise AssertionError(started.get("message", started["type"]))
+    try:
+        yield app
+    finally:
+        await inbox.put({"type": "lifespan.shutdown"})
+        await task
 
 
 class BastionProcess:

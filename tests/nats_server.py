@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -21,7 +22,9 @@ START_TIMEOUT_SECS = 20.0
 
 
 class NatsServer:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, args: Sequence[str] = (), jetstream: bool = True) -> None:
+        self.args = list(args)
+        self.jetstream = jetstream
         self.port = free_port()
         self.monitor_port = free_port()
         self.store = directory / "jetstream"
@@ -35,7 +38,7 @@ class NatsServer:
         self.proc = subprocess.Popen(
             [
                 NATS_SERVER,
-                "-js",
+                *(["-js"] if self.jetstream else []),
                 "-a",
                 "127.0.0.1",
                 "-p",
@@ -44,6 +47,7 @@ class NatsServer:
                 str(self.monitor_port),
                 "-sd",
                 str(self.store),
+                *self.args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -59,6 +59,7 @@ EXPECTED = {
         "ResilientTransport",
         "outbound_guard",
     ],
+    "bastion.broker": ["Broker", "BrokerMessage", "current_broker", "optional_broker"],
     "bastion.middleware": [],
     "bastion.grpc": [],
     "bastion.config": [
@@ -79,6 +80,7 @@ EXPECTED = {
         "SecurityHeadersSettings",
         "ServiceSettings",
         "Settings",
+        "StreamSettings",
         "TokenSettings",
         "load_settings",
         "masked",
@@ -87,6 +89,9 @@ EXPECTED = {
     "bastion.errors": [
         "BadRequest",
         "BastionError",
+        "BrokerRequestFailed",
+        "BrokerTimeout",
+        "BrokerUnavailable",
         "BulkheadFull",
         "CacheStoreError",
         "CircuitOpen",
@@ -96,6 +101,7 @@ EXPECTED = {
         "InvalidToken",
         "MalformedBody",
         "MethodNotAllowed",
+        "NoResponders",
         "NotFound",
         "NotReady",
         "PayloadTooLarge",

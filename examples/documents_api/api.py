@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+import structlog
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from bastion import NotFound, Service
+from bastion.broker import Broker, optional_broker
+from bastion.errors import BrokerUnavailable
 from bastion.types import SCOPE_CLAIMS
 from examples.documents_api.store import USERS, Document, DocumentStore
 
 PAGE_SIZE_DEFAULT = 20
 PAGE_SIZE_MAX = 100
+DOCUMENT_CREATED = "documents.created"
+
+log = structlog.get_logger("documents")
 
 
 class DocumentRecord(BaseModel):
@@ -33,6 +39,14 @@ class DocumentIn(BaseModel):
     owner_id: Annotated[str | None, Field(min_length=1, max_length=128)] = None
     title: Annotated[str, Field(min_length=1, max_length=200)]
     content: Annotated[str, Field(max_length=100_000)]
+
+
+class DocumentCreated(BaseModel):
+    """The event published on ``documents.created`` (docs/broker.md) when a broker is configured."""
+
+    id: str
+    owner_id: str
+    title: str
 
 
 class UserRecord(BaseModel):
@@ -59,10 +73,19 @@ def document_routes(store: DocumentStore) -> APIRouter:
     router = APIRouter()
 
     @router.post("/documents", response_model=DocumentRecord)
-    async def create_document(body: DocumentIn, request: Request) -> dict[str, str]:
+    async def create_document(
+        body: DocumentIn, request: Request, broker: Annotated[Broker | None, Depends(optional_broker)]
+    ) -> dict[str, str]:
         owner = caller_sub(request) or body.owner_id or "anonymous"
         doc_id = body.id or store.new_id()
         doc = store.put(Document(id=doc_id, owner_id=owner, title=body.title, content=body.content))
+        if broker is not None:
+            event = DocumentCreated(id=doc.id, owner_id=doc.owner_id, title=doc.title)
+            try:
+                await broker.publish(DOCUMENT_CREATED, event)
+            except BrokerUnavailable:
+                # The document is stored; the event is best effort here (an outbox would make it durable).
+                log.warning("document_event_not_published", subject=DOCUMENT_CREATED, document_id=doc.id)
         return doc.as_dict()
 
     @router.get("/documents/{user_id}/{doc_id}", response_model=DocumentRecord)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +26,11 @@ from bastion._responses import send_json
 from bastion._security import Posture, Security
 from bastion._telemetry import get_meter, version_counter
 from bastion.auth._routes import revoke_token_route
-from bastion.config import Settings
+from bastion.broker._audit_sink import BrokerAuditSink
+from bastion.broker._broker import Broker
+from bastion.broker._cluster import ClusterSync
+from bastion.broker._specs import BrokerPlan, StreamSpec
+from bastion.config import BrokerSettings, Settings
 from bastion.errors import ConfigError
 from bastion.policy._engine import LoadedPolicies
 from bastion.policy._routes import reload_policy_route
@@ -84,6 +89,18 @@ class BastionApp:
         checks = list(parts.checks)
         if settings.cache_store.url is not None:
             checks.append(ReadinessCheck(name="cache_store", check=self.cache_store.ping))
+        self.broker: Broker | None = None
+        self.cluster: ClusterSync | None = None
+        self.audit_sink: BrokerAuditSink | None = None
+        if settings.broker is not None and settings.broker.active:
+            self._build_broker(settings.broker, parts.broker)
+            assert self.broker is not None
+            checks.append(ReadinessCheck(name="broker", check=self.broker.ready, optional=settings.broker.optional))
+        elif not parts.broker.empty:
+            raise ConfigError(
+                "the service declares broker streams or handlers (service.stream / subscribe / consume / respond) "
+                "but no broker is configured: set broker.url (or SERVICE_BROKER_URL)"
+            )
         self.health = Health(
             service=self.name,
             version=self.version,
@@ -93,10 +110,10 @@ class BastionApp:
         operator_routes: list[BaseRoute] = []
         if parts.revoke_route is not None:
             path, admin_role = parts.revoke_route
-            operator_routes.append(revoke_token_route(self.revocations, path=path, admin_role=admin_role))
+            operator_routes.append(revoke_token_route(self.revoke, path=path, admin_role=admin_role))
         if parts.reload_route is not None:
             path, admin_role = parts.reload_route
-            operator_routes.append(reload_policy_route(self.reload_policies, path=path, admin_role=admin_role))
+            operator_routes.append(reload_policy_route(self.reload_everywhere, path=path, admin_role=admin_role))
         dispatcher = Dispatcher(
             builtins={HEALTH_PATH: self.health.health, READY_PATH: self.health.ready},
             table=self.routes,
@@ -118,6 +135,35 @@ class BastionApp:
             operator=parts.slots,
         )
         self.stack = assemble(self.steps, dispatcher)
+
+    def _build_broker(self, settings: BrokerSettings, declared: BrokerPlan) -> None:
+        """The broker with the declared streams (``[broker.streams.NAME]`` replaces a declaration of the same
+        name), the cluster announcements and, when audit is on, the audit sink."""
+        configured = {
+            name: StreamSpec(
+                name=name,
+                subjects=tuple(stream.subjects),
+                max_messages=stream.max_messages,
+                max_age=stream.max_age,
+                retention=stream.retention,
+            )
+            for name, stream in settings.streams.items()
+        }
+        streams = [spec for spec in declared.streams if spec.name not in configured] + list(configured.values())
+        self.cluster = ClusterSync(
+            service=self.name, on_reload=self._reload_announced, on_revoke=self._revoke_announced
+        )
+        plan = dataclasses.replace(
+            declared, streams=tuple(streams), subscribers=(*declared.subscribers, self.cluster.subscriber())
+        )
+        self.broker = Broker(settings, plan, service=self.name)
+        self.cluster.broker = self.broker
+        if self.auditor.enabled:
+            audit = self.settings.audit
+            self.audit_sink = BrokerAuditSink(
+                self.broker, prefix=audit.broker_subject_prefix, service=self.name, buffer=audit.broker_buffer
+            )
+            self.auditor.sinks.append(self.audit_sink)
 
     def _check_grpc_layers(self) -> None:
         """Refuse operator security layers that would leave gRPC methods unguarded (docs/grpc.md)."""
@@ -146,6 +192,20 @@ class BastionApp:
             raise ConfigError("policy authorization is off (no policy.policy_path): there are no policies to reload")
         return self.policy.reload()
 
+    async def reload_everywhere(self) -> LoadedPolicies:
+        """:meth:`reload_policies`, then tell the other instances (with a broker) to reload theirs."""
+        loaded = self.reload_policies()
+        if self.cluster is not None:
+            await self.cluster.announce_reload(loaded.digest)
+        return loaded
+
+    async def _reload_announced(self, digest: str) -> None:
+        if self.policy is not None and self.policy.policies.digest != digest:
+            try:
+                self.policy.reload()
+            except ConfigError as exc:
+                log.error("policy_reload_announced_failed", error=str(exc))
+
     async def aclose(self) -> None:
         """Release what the app holds open (cache-store connections); run at lifespan shutdown."""
         if self.grpc is not None:
@@ -156,11 +216,28 @@ class BastionApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
             self._watcher = None
+        if self.audit_sink is not None:
+            await self.audit_sink.stop()
+        if self.broker is not None:
+            await self.broker.stop()
         await self.cache_store.close()
 
     async def revoke(self, jti: str, reason: str, expires_at: float | datetime) -> None:
-        """Revoke the token ``jti`` until ``expires_at`` (its ``exp``): ``jwt:revoked:{jti}`` in the cache store."""
-        await self.revocations.revoke(jti, reason, expires_at)
+        """Revoke the token ``jti`` until ``expires_at`` (its ``exp``): ``jwt:revoked:{jti}`` in the cache store,
+        dropped from the verified-token cache, and announced to the other instances (with a broker)."""
+        until = expires_at.timestamp() if isinstance(expires_at, datetime) else float(expires_at)
+        await self.revocations.revoke(jti, reason, until)
+        if self.token_auth is not None:
+            self.token_auth.tokens.forget(jti)
+        if self.cluster is not None:
+            await self.cluster.announce_revocation(jti, reason, until)
+
+    async def _revoke_announced(self, jti: str, reason: str, expires_at: float) -> None:
+        if self.settings.cache_store.url is None:
+            # The in-process store is this instance's own: record the revocation here too.
+            await self.revocations.revoke(jti, reason, expires_at)
+        if self.token_auth is not None:
+            self.token_auth.tokens.forget(jti)
 
     def _openapi_handler(self, number: int) -> ASGIApp:
         async def openapi(scope: Scope, receive: Receive, send: Send) -> None:
@@ -208,10 +285,18 @@ class BastionApp:
                 try:
                     for hook in self.parts.startup:
                         await hook()
+                    if self.broker is not None:
+                        await self.broker.start()
+                    if self.audit_sink is not None:
+                        self.audit_sink.start()
                     if self.settings.grpc.enabled:
                         await self.start_grpc(scope.setdefault("state", {}))
                     if self.policy is not None and self.settings.policy.hot_reload:
                         self._watcher = asyncio.create_task(self.policy.watch(), name="policy-hot-reload")
+                except ConfigError as exc:
+                    # One line that says how to fix it, logged by the server with the failure (no traceback).
+                    await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
+                    return
                 except Exception as exc:
                     log.error("startup_failed", exc_info=exc)
                     await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})

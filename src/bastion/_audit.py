@@ -1,17 +1,19 @@
-"""Audit events (``AuthPermissionDenied``, ``HttpRequestDenied``) to the log and, later, the broker."""
+"""Audit events (``AuthPermissionDenied``, ``HttpRequestDenied``) to the log and, with a broker, to the broker."""
 
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
 
 from bastion._client_ip import forwarded_ip, peer_ip
 from bastion.config import AuditSettings
-from bastion.types import SCOPE_CLAIMS, SCOPE_REQUEST_ID, Scope
+from bastion.types import SCOPE_CLAIMS, SCOPE_REQUEST_ID, SCOPE_ROUTE, Scope
 
 log = structlog.get_logger("bastion.audit")
 
@@ -31,11 +33,34 @@ class AuditEvent:
     user_agent: str | None
     request_id: str | None
     client_ip: str
+    method: str | None = None
+    route: str | None = None
+    """The route template (``/api/v2/documents/{user_id}/{doc_id}``), the path when no route matched, or the
+    gRPC method."""
+    event_id: str = field(default_factory=lambda: os.urandom(16).hex())
+    timestamp: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds"))
     details: dict[str, Any] = field(default_factory=dict)
+
+    def document(self, service: str) -> dict[str, Any]:
+        """The event as published to the broker (docs/broker.md, "Audit events")."""
+        return {
+            "event_id": self.event_id,
+            "timestamp": self.timestamp.replace("+00:00", "Z"),
+            "kind": self.name,
+            "severity": self.severity.value,
+            "service": service,
+            "subject": self.subject,
+            "user_agent": self.user_agent,
+            "request_id": self.request_id,
+            "client_ip": self.client_ip,
+            "method": self.method,
+            "route": self.route,
+            "details": self.details,
+        }
 
 
 class AuditSink(Protocol):
-    """Where audit events go (the log now; the broker sink arrives with the broker)."""
+    """Where audit events go: the log, and the broker when one is configured (``bastion.broker``)."""
 
     async def emit(self, event: AuditEvent) -> None: ...
 
@@ -59,6 +84,7 @@ def event_from_scope(name: str, severity: Severity, scope: Scope, **details: Any
     """
     claims = scope.get(SCOPE_CLAIMS)
     user_agent = next((v.decode("latin-1")[:512] for k, v in scope.get("headers", ()) if k == b"user-agent"), None)
+    route = scope.get(SCOPE_ROUTE)
     return AuditEvent(
         name=name,
         severity=severity,
@@ -66,6 +92,8 @@ def event_from_scope(name: str, severity: Severity, scope: Scope, **details: Any
         user_agent=user_agent,
         request_id=scope.get(SCOPE_REQUEST_ID),
         client_ip=forwarded_ip(scope) or peer_ip(scope),
+        method=scope.get("method", "GET"),
+        route=route.template if route is not None else scope.get("path"),
         details=details,
     )
 

@@ -42,5 +42,9 @@ class LRU(Generic[K, V]):
     def clear(self) -> None:
         self._entries.clear()
 
+    def items(self) -> list[tuple[K, V]]:
+        """A snapshot of the entries, least recent first."""
+        return list(self._entries.items())
+
     def __len__(self) -> int:
         return len(self._entries)

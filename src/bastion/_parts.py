@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.routing import BaseRoute
 
 from bastion._health import ReadinessCheck
+from bastion.broker._specs import BrokerPlan
 from bastion.policy import Normalizer, ResourceExtractor
 from bastion.resilience._layer import ResilienceSpec
 from bastion.routing import VersionedApi
@@ -78,3 +79,4 @@ class ServiceParts:
     grpc_services: tuple[Any, ...]
     grpc_extractors: Mapping[str, GrpcExtractor]
     resilience: tuple[ResilienceSpec, ...] = ()
+    broker: BrokerPlan = field(default_factory=BrokerPlan)

@@ -26,6 +26,7 @@ from bastion.policy._normalize import Normalizer
 from bastion.ratelimit._buckets import RuleSet
 from bastion.ratelimit._setup import RateLimiting, built_in_rate_limiting
 from bastion.resilience._layer import ResilienceLayer
+from bastion_core import mask_url
 
 TOKEN_NOT_CONFIGURED = (
     "token authentication has no key: set token.public_key_path, token.secret, token.key_path or "
@@ -72,10 +73,6 @@ def not_applied(settings: Settings, resilience: Sequence[ResilienceLayer] | None
                         f"no resilience layer with a {part} uses it: add one with service.use_resilience()",
                     )
                 )
-    if settings.broker is not None and settings.broker.active:
-        found.append(
-            ("broker.url", "there is no broker client in this release: nothing connects and /ready lists no broker")
-        )
     return found
 
 
@@ -108,6 +105,11 @@ class Security:
         if settings.token.enabled is None and not settings.token.key_sources:
             raise ConfigError(TOKEN_NOT_CONFIGURED)
         check_tls(settings.service)
+        if settings.policy.active and settings.policy.cache_backend == "cache_store" and not settings.cache_store.url:
+            raise ConfigError(
+                'policy.cache_backend = "cache_store" shares decisions through the cache store, but cache_store.url '
+                'is not set: set it (or SERVICE_CACHE_STORE_URL), or use cache_backend = "memory"'
+            )
         cache_store = cache_store_from_settings(settings.cache_store)
         revocations = Revocations(cache_store)
         auditor = Auditor(settings.audit)
@@ -119,6 +121,7 @@ class Security:
                 trust_forwarded=settings.rate_limit.trust_forwarded_headers,
                 normalizer=normalizer,
                 extractors=extractors,
+                cache_store=cache_store,
             )
             if settings.policy.active
             else None
@@ -182,6 +185,14 @@ class Security:
         revocation = "off"
         if self.token_auth is not None and self.token_auth.revocations is not None:
             revocation = "cache_store" if settings.cache_store.url is not None else "memory"
+        broker: dict[str, Any] = {"enabled": False}
+        if settings.broker is not None and settings.broker.active and settings.broker.url is not None:
+            broker = {
+                "enabled": True,
+                "url": mask_url(settings.broker.url.get_secret_value(), cluster=True),
+                "optional": settings.broker.optional,
+                "lazy_init": settings.broker.lazy_init,
+            }
         grpc = "off"
         if settings.grpc.enabled:
             grpc = f"separate_port:{settings.grpc.port}" if settings.grpc.use_separate_port else "same_port"
@@ -190,6 +201,7 @@ class Security:
             policy=policy_fields,
             rate_limit=limit_fields,
             revocation=revocation,
+            broker=broker,
             grpc=grpc,
             grpc_services=grpc_services,
             tls=settings.service.tls_cert_path is not None,
@@ -214,6 +226,7 @@ class Posture:
     rate_limit: dict[str, Any]
     revocation: str
     grpc: str
+    broker: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
     grpc_services: int = 0
     tls: bool = False
     custom_layers: dict[str, int] = field(default_factory=dict)
@@ -227,6 +240,7 @@ class Posture:
             "policy": self.policy,
             "rate_limit": self.rate_limit,
             "revocation": self.revocation,
+            "broker": self.broker,
             "grpc": self.grpc,
             "tls": self.tls,
         }
@@ -279,6 +293,12 @@ class Posture:
             policy_line,
             limit_line,
             f"revocation: {self.revocation}",
+            "broker: "
+            + (
+                f"{self.broker['url']} ({'optional' if self.broker['optional'] else 'required'} for /ready)"
+                if self.broker["enabled"]
+                else "off"
+            ),
             f"grpc: {self.grpc.replace('_', ' ')}",
             f"tls: {'on' if self.tls else 'off'}",
         ]

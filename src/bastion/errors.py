@@ -22,8 +22,12 @@
     ├── Unavailable                   503 SERVICE_UNAVAILABLE
     │   ├── CircuitOpen
     │   ├── BulkheadFull
-    │   └── NotReady
+    │   ├── NotReady
+    │   ├── BrokerUnavailable         503 BROKER_UNAVAILABLE
+    │   └── NoResponders              503 NO_RESPONDERS
+    ├── BrokerRequestFailed           502 BROKER_REQUEST_FAILED
     └── GatewayTimeout                504 GATEWAY_TIMEOUT
+        └── BrokerTimeout             504 BROKER_TIMEOUT
 
 ``ConfigError`` (``bastion_core.ConfigError``, a ``ValueError``) stands apart: it is raised only while the
 service starts, never rendered to a client. Handlers and middleware raise the others; :func:`render` turns
@@ -43,6 +47,9 @@ from bastion_core import ConfigError
 __all__ = [
     "BadRequest",
     "BastionError",
+    "BrokerRequestFailed",
+    "BrokerTimeout",
+    "BrokerUnavailable",
     "BulkheadFull",
     "CacheStoreError",
     "CircuitOpen",
@@ -52,6 +59,7 @@ __all__ = [
     "InvalidToken",
     "MalformedBody",
     "MethodNotAllowed",
+    "NoResponders",
     "NotFound",
     "NotReady",
     "PayloadTooLarge",
@@ -232,10 +240,38 @@ class NotReady(Unavailable):
     message = "Service not ready"
 
 
+class BrokerUnavailable(Unavailable):
+    """The broker is not connected (or refused the publish); nothing was sent."""
+
+    code, message = "BROKER_UNAVAILABLE", "Message broker unavailable"
+
+
+class NoResponders(Unavailable):
+    """A broker request found nobody subscribed to answer it."""
+
+    code, message = "NO_RESPONDERS", "No responder for the request"
+
+
+class BrokerRequestFailed(BastionError):
+    """The responder of a broker request answered with an error (its message stays in ``responder_error``)."""
+
+    status, code, message, grpc_status = 502, "BROKER_REQUEST_FAILED", "The responder failed", "UNAVAILABLE"
+
+    def __init__(self, message: str | None = None, *, responder_error: str = "") -> None:
+        super().__init__(message)
+        self.responder_error = responder_error
+
+
 class GatewayTimeout(BastionError):
     """The handler did not answer within ``middleware.timeout_secs``."""
 
     status, code, message, grpc_status = 504, "GATEWAY_TIMEOUT", "Request timed out", "DEADLINE_EXCEEDED"
+
+
+class BrokerTimeout(GatewayTimeout):
+    """A broker request got no reply within its timeout."""
+
+    code, message = "BROKER_TIMEOUT", "No reply from the broker in time"
 
 
 def render(error: BastionError, extra_headers: Sequence[tuple[bytes, bytes]] = ()) -> tuple[int, Headers, bytes]:

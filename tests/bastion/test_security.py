@@ -254,10 +254,19 @@ class TestRemovedAndUnappliedKeys:
         assert posture.not_applied == []
         assert posture.resilience == [{"name": "default", "breaker": True, "bulkhead": False}]
 
-    def test_broker_url_is_reported_as_not_applied(self) -> None:
-        settings = load_settings(environ={"SERVICE_TOKEN_ENABLED": "false", "SERVICE_BROKER_URL": "nats://h:4222"})
+    def test_posture_names_the_broker_with_its_password_masked(self) -> None:
+        settings = load_settings(
+            environ={"SERVICE_TOKEN_ENABLED": "false", "SERVICE_BROKER_URL": "nats://app:s3cret@h:4222,nats://h2:4222"}
+        )
         posture = Security.from_settings(settings, realm="x").posture()
-        assert [key for key, _ in posture.not_applied] == ["broker.url"]
+        assert posture.broker == {
+            "enabled": True,
+            "url": "nats://app:***@h:4222,nats://h2:4222",
+            "optional": False,
+            "lazy_init": True,
+        }
+        assert "broker: nats://app:***@h:4222,nats://h2:4222 (required for /ready)" in posture.lines()
+        assert posture.not_applied == []
 
 
 class TestPosture:
@@ -297,6 +306,7 @@ class TestPosture:
                 "route_rules": 0,
             },
             "revocation": "memory",
+            "broker": {"enabled": False},
             "grpc": "same_port",
             "tls": False,
         }

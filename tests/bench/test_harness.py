@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from bench import harness, profile, report, scenarios, stats
+from bench import brokerload, harness, profile, report, scenarios, stats
 
 SMOKE = harness.Options(rounds=1, duration=0.3, warmup=0.0, connections=4, loadgen="python", write=False)
 NAMES = [scenario.name for scenario in scenarios.SCENARIOS]
@@ -18,7 +18,9 @@ NAMES = [scenario.name for scenario in scenarios.SCENARIOS]
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, report.RowResult]:
-    return harness.run(dataclasses.replace(SMOKE, rows=tuple(NAMES)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(brokerload, "BACKLOG", 20_000)  # plenty for 0.3 s; the real rows wait for 600,000
+        return harness.run(dataclasses.replace(SMOKE, rows=tuple(NAMES)))
 
 
 @pytest.mark.slow
@@ -32,7 +34,9 @@ def test_scenario_produces_a_number_or_says_why_not(results: dict[str, report.Ro
     [sample] = row.samples
     assert sample.requests > 0
     assert sample.non_2xx == 0 and sample.errors == 0, row.notes
-    assert sample.rate > 0 and sample.p50_ms > 0
+    assert sample.rate > 0
+    if row.scenario.kind != "broker":  # the broker rows measure throughput only (no per-message latency)
+        assert sample.p50_ms > 0
 
 
 @pytest.mark.slow

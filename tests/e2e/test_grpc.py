@@ -15,9 +15,10 @@ from grpclib.health.v1 import health_pb2
 from grpclib.reflection.v1 import reflection_pb2
 
 from bastion.testing import TokenMinter
+from bastion_core.testing import free_port
 from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
 from examples.documents_api.proto.documents.v1 import documents_pb2_grpc as pb_grpc
-from tests.conftest import BastionProcess, free_port
+from tests.conftest import BastionProcess
 
 EXAMPLE = ("examples.documents_api:service", "--config", "examples/documents_api/config.toml")
 LIST = "/documents.v1.DocumentService/ListDocuments"

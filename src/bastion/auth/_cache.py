@@ -50,6 +50,13 @@ class VerifiedTokens:
     def clear(self) -> None:
         self._entries.clear()
 
+    def forget(self, jti: str) -> int:
+        """Drop every cached token with this ``jti`` (a revocation announced by another instance); how many."""
+        stale = [token for token, claims in self._entries.items() if claims.jti == jti]
+        for token in stale:
+            self._entries.pop(token)
+        return len(stale)
+
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, Field, ValidationError
 from starlette.requests import Request
@@ -10,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bastion._claims import current_claims
-from bastion.auth._revocation import MAX_JTI_CHARS, Revocations
+from bastion.auth._revocation import MAX_JTI_CHARS
 from bastion.errors import BadRequest, MalformedBody, PolicyDenied, ValidationFailed
 
 DEFAULT_REVOCATION_TTL_SECS = 24 * 3600
@@ -22,14 +23,18 @@ class RevokeRequest(BaseModel):
     exp: int | None = Field(default=None, description="The token's exp; defaults to now + 24 h")
 
 
+Revoke = Callable[[str, str, float], Awaitable[None]]
+
+
 def revoke_token_route(
-    revocations: Revocations,
+    revoke_token: Revoke,
     *,
     path: str = "/admin/revoke-token",
     admin_role: str = "admin",
     default_ttl_secs: int = DEFAULT_REVOCATION_TTL_SECS,
 ) -> Route:
-    """``POST {path}`` with ``{"jti", "reason", "exp"?}``: revoke a token; the caller needs ``admin_role``.
+    """``POST {path}`` with ``{"jti", "reason", "exp"?}``: ``revoke_token(jti, reason, exp)``; the caller needs
+    ``admin_role`` (the app passes its ``revoke``, which also tells the other instances).
 
     Without ``exp`` the entry lives ``default_ttl_secs``. Answers 200 ``{"revoked": true, "jti": ...}``;
     403 for a caller without the role; 400/422 for a bad body.
@@ -49,7 +54,7 @@ def revoke_token_route(
             raise ValidationFailed(f"Request validation failed: {problems}") from None
         expires_at = payload.exp if payload.exp is not None else time.time() + default_ttl_secs
         try:
-            await revocations.revoke(payload.jti, payload.reason, expires_at)
+            await revoke_token(payload.jti, payload.reason, expires_at)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         return JSONResponse({"revoked": True, "jti": payload.jti})

@@ -22,6 +22,7 @@ from bastion.config._sections import (
     SecurityHeadersSettings,
     ServiceSettings,
     Settings,
+    StreamSettings,
     TokenSettings,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "SecurityHeadersSettings",
     "ServiceSettings",
     "Settings",
+    "StreamSettings",
     "TokenSettings",
     "load_settings",
     "masked",

@@ -12,7 +12,7 @@ from pydantic import (
     BaseModel,
 )
 
-from bastion.config._sections import RouteRule, ServiceSettings, Settings, TokenSettings, _Section
+from bastion.config._sections import ServiceSettings, Settings, TokenSettings, _Section
 from bastion.errors import ConfigError
 
 ENV_PREFIX = "SERVICE_"
@@ -24,9 +24,11 @@ def _sections(model: type[BaseModel], path: tuple[str, ...] = ()) -> Iterable[tu
     yield path, model
     for name, field in model.model_fields.items():
         annotation = field.annotation
+        if get_origin(annotation) is dict:
+            continue  # a table of tables ([rate_limit.routes."..."], [broker.streams.NAME]): the file only
         candidates = getattr(annotation, "__args__", (annotation,))
         for candidate in candidates:
-            if isinstance(candidate, type) and issubclass(candidate, _Section) and candidate is not RouteRule:
+            if isinstance(candidate, type) and issubclass(candidate, _Section):
                 yield from _sections(candidate, (*path, name))
 
 

@@ -28,14 +28,12 @@ DEFAULT_PORT = 8080
 DEFAULT_BASE_PATH = "/api"
 DEFAULT_CACHE_TTL_SECS = 300
 
-log = structlog.get_logger("bastion.config")
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def _parse_duration(value: object) -> object:
-    """Seconds from a number or a string such as ``"5s"``, ``"250ms"``, ``"1m"``."""
+    """Seconds from a number or a string such as ``"5s"``, ``"250ms"``, ``"1m"``, ``"7d"``."""
     if isinstance(value, str):
         match = _DURATION.match(value)
         if match is None:
@@ -206,6 +204,7 @@ class PolicySettings(_Section):
     cache_enabled: Bool = True
     cache_ttl_secs: Annotated[int, Field(ge=0)] = DEFAULT_CACHE_TTL_SECS
     cache_size: Annotated[int, Field(ge=0)] = 10_000
+    cache_backend: Literal["memory", "cache_store"] = "memory"
     fail_open: Bool = False
 
     @property
@@ -393,6 +392,52 @@ class MiddlewareSettings(_Section):
     compression: CompressionSettings = Field(default_factory=CompressionSettings)
 
 
+RETENTIONS = {"limits": "limits", "interest": "interest", "workqueue": "workqueue", "work_queue": "workqueue"}
+_SUBJECT_TOKEN = re.compile(r"^[^\s.*>]+$")
+
+
+def check_subject(subject: str, *, wildcards: bool) -> str:
+    """A NATS subject: dot-separated non-empty tokens; ``*`` (one token) and a last ``>`` only with ``wildcards``."""
+    tokens = subject.split(".")
+    for index, token in enumerate(tokens):
+        if _SUBJECT_TOKEN.match(token):
+            continue
+        if wildcards and (token == "*" or (token == ">" and index == len(tokens) - 1)):
+            continue
+        kind = (
+            "a subject (tokens separated by dots; '*' and a last '>' as wildcards)"
+            if wildcards
+            else ("a subject without wildcards (tokens separated by dots)")
+        )
+        raise ValueError(f"{subject!r} is not {kind}")
+    return subject
+
+
+def _retention(value: object) -> object:
+    if isinstance(value, str):
+        retention = RETENTIONS.get(value.strip().lower())
+        if retention is None:
+            raise ValueError("expected one of Limits, Interest, WorkQueue")
+        return retention
+    return value
+
+
+class StreamSettings(_Section):
+    """``[broker.streams.<NAME>]``: a JetStream stream, created (or updated) at start-up."""
+
+    subjects: list[str]
+    max_messages: Annotated[int, Field(ge=-1)] = -1
+    max_age: Duration = 0.0
+    retention: Annotated[Literal["limits", "interest", "workqueue"], BeforeValidator(_retention)] = "limits"
+
+    @field_validator("subjects")
+    @classmethod
+    def _subjects(cls, subjects: list[str]) -> list[str]:
+        if not subjects:
+            raise ValueError("a stream needs at least one subject")
+        return [check_subject(subject, wildcards=True) for subject in subjects]
+
+
 class BrokerSettings(_Section):
     """``[broker]``: NATS JetStream; on when ``url`` is set (or ``SERVICE_BROKER_URL``) unless ``enabled = false``."""
 
@@ -404,6 +449,23 @@ class BrokerSettings(_Section):
     retry_delay_secs: Annotated[int, Field(ge=0)] = 1
     optional: Bool = False
     lazy_init: Bool = True
+    connect_timeout_secs: PositiveDuration = 2.0
+    drain_timeout_secs: PositiveDuration = 10.0
+    dead_letter_prefix: str = "deadletter"
+    streams: dict[str, StreamSettings] = Field(default_factory=dict)
+
+    @field_validator("dead_letter_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        return check_subject(value, wildcards=False)
+
+    @field_validator("streams")
+    @classmethod
+    def _stream_names(cls, streams: dict[str, StreamSettings]) -> dict[str, StreamSettings]:
+        for name in streams:
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+                raise ValueError(f"stream name {name!r}: letters, digits, '-' and '_' only")
+        return streams
 
     @property
     def active(self) -> bool:
@@ -427,10 +489,17 @@ class BrokerSettings(_Section):
 
 
 class AuditSettings(_Section):
-    """``[audit]``: audit events to the log (and the broker, when one is configured)."""
+    """``[audit]``: audit events to the log and, when a broker is configured, to the broker."""
 
     enabled: Bool = True
     audit_auth_events: Bool = True
+    broker_subject_prefix: str = "bastion.audit"
+    broker_buffer: PositiveInt = 1000
+
+    @field_validator("broker_subject_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        return check_subject(value, wildcards=False)
 
 
 class MetricsSettings(_Section):

@@ -11,12 +11,13 @@ from typing import Any
 import structlog
 
 from bastion._audit import Auditor
+from bastion._cache_store import CacheStore
 from bastion._claims import Claims
 from bastion._client_ip import client_ip
 from bastion._health import ALWAYS_PUBLIC
 from bastion.config import PolicySettings
 from bastion.errors import ConfigError, PolicyDenied, PolicyError
-from bastion.policy._cache import DecisionCache, decision_key
+from bastion.policy._cache import DecisionCache, SharedDecisionCache, decision_key
 from bastion.policy._engine import Decision, LoadedPolicies, PolicyEngine, PolicyLoadError, evaluate
 from bastion.policy._normalize import Normalizer, default_normalizer
 from bastion.routing._resolve import ResolvedRoute
@@ -85,6 +86,7 @@ class PolicyAuthorizer:
         trust_forwarded: bool = False,
         normalizer: Normalizer | None = None,
         extractors: Mapping[str, ResourceExtractor] | None = None,
+        cache_store: CacheStore | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if settings.policy_path is None:
@@ -98,6 +100,12 @@ class PolicyAuthorizer:
         self.cache = DecisionCache(
             size=settings.cache_size if settings.cache_enabled else 0, ttl_secs=settings.cache_ttl_secs
         )
+        # policy.cache_backend = "cache_store": decisions shared by every instance, in place of the local LRU.
+        self.shared: SharedDecisionCache | None = None
+        if settings.cache_enabled and settings.cache_backend == "cache_store":
+            if cache_store is None:
+                raise ConfigError('policy.cache_backend = "cache_store" needs the app\'s cache store')
+            self.shared = SharedDecisionCache(cache_store, ttl_secs=settings.cache_ttl_secs)
         self._clock = clock
         self.evaluations = 0
 
@@ -159,7 +167,7 @@ class PolicyAuthorizer:
         else:
             action, params, template = self.action_of(scope)
             attributes = await self.resource_of(scope, action, template, params)
-        decision = self.decide_request(
+        decision = await self.decide_request(
             claims=claims,
             action=action,
             resource=(RESOURCE_TYPE, scope["path"], attributes),
@@ -167,7 +175,7 @@ class PolicyAuthorizer:
         )
         return action, decision
 
-    def decide_request(
+    async def decide_request(
         self,
         *,
         claims: Claims | None,
@@ -191,13 +199,16 @@ class PolicyAuthorizer:
         key = decision_key(
             digest=policies.digest, principal=principal_key, action=action, resource=resource[2], context=keyed_context
         )
-        cached = self.cache.get(key)
+        cached = self.cache.get(key) if self.shared is None else await self.shared.get(key)
         if cached is not None:
             return cached
         self.evaluations += 1
         principal = ANONYMOUS_PRINCIPAL if claims is None else principal_of(claims)
         decision = evaluate(policies, principal=principal, action=action, resource=resource, context=context)
-        self.cache.put(key, decision)
+        if self.shared is None:
+            self.cache.put(key, decision)
+        else:
+            await self.shared.put(key, decision)
         return decision
 
     def now(self) -> int:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
+from bastion._cache_store import CacheStore
 from bastion._lru import LRU
 from bastion.policy._engine import Decision
 
@@ -13,7 +16,9 @@ from bastion.policy._engine import Decision
 def _frozen(value: Any) -> Any:
     if isinstance(value, Mapping):
         return tuple(sorted((key, _frozen(item)) for key, item in value.items()))
-    if isinstance(value, list | tuple | set | frozenset):
+    if isinstance(value, set | frozenset):
+        return tuple(sorted((_frozen(item) for item in value), key=repr))  # one order in every process
+    if isinstance(value, list | tuple):
         return tuple(_frozen(item) for item in value)
     return value
 
@@ -78,3 +83,36 @@ class DecisionCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class SharedDecisionCache:
+    """Decisions in the cache store (``policy.cache_backend = "cache_store"``), shared by every instance.
+
+    The key is a SHA-256 of everything the decision depends on, the policy-set digest included, so a reload
+    anywhere makes the old entries unreachable (they expire after ``ttl_secs``). A cache-store outage raises
+    CacheStoreError: the request fails closed with 500, as the spec's Errors table asks for a cache-store
+    connection problem (the in-process backend has no such dependency).
+    """
+
+    PREFIX = "policy:decision:"
+
+    def __init__(self, store: CacheStore, *, ttl_secs: float) -> None:
+        self.store = store
+        self.ttl_secs = ttl_secs
+
+    @classmethod
+    def store_key(cls, key: Hashable) -> str:
+        return cls.PREFIX + hashlib.sha256(repr(key).encode()).hexdigest()
+
+    async def get(self, key: Hashable) -> Decision | None:
+        raw = await self.store.get(self.store_key(key))
+        if raw is None:
+            return None
+        value = json.loads(raw)
+        return Decision(allowed=bool(value["allowed"]), reasons=tuple(value["reasons"]))
+
+    async def put(self, key: Hashable, decision: Decision) -> None:
+        if decision.failed or self.ttl_secs <= 0:
+            return
+        body = json.dumps({"allowed": decision.allowed, "reasons": list(decision.reasons)}).encode()
+        await self.store.set(self.store_key(key), body, ttl_secs=self.ttl_secs)

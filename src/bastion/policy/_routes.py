@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -14,7 +14,7 @@ from bastion.policy._engine import LoadedPolicies, PolicyLoadError
 
 
 def reload_policy_route(
-    reload: Callable[[], LoadedPolicies], *, path: str = "/admin/reload-policy", admin_role: str = "admin"
+    reload: Callable[[], Awaitable[LoadedPolicies]], *, path: str = "/admin/reload-policy", admin_role: str = "admin"
 ) -> Route:
     """``POST {path}``: reload the policy file; 200 ``{"reloaded": true, "policies": n, "digest": ...}``.
 
@@ -26,7 +26,7 @@ def reload_policy_route(
         if not current_claims(request).has_role(admin_role):
             raise PolicyDenied()
         try:
-            loaded = reload()
+            loaded = await reload()
         except PolicyLoadError as exc:
             raise PolicyError(f"Policy reload failed, previous policies stay in force: {exc}") from None
         return JSONResponse({"reloaded": True, "policies": loaded.statements, "digest": loaded.digest})
