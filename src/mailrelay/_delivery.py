@@ -1,4 +1,5 @@
-"""Webhook delivery: one signed POST per message, retried with backoff. The only module doing network I/O."""
+"""Webhook delivery: the request of one attempt (headers, signature), what its answer means, and direct mode's
+retry loop. The HTTP itself is a WebhookTransport (`_transport.py`: aiohttp under the shared circuit breaker)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,19 @@ import asyncio
 import enum
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-import httpx
 import structlog
 
-from bastion_core import CircuitOpenError, parse_retry_after, retry_wait
-from mailrelay._signing import signature_headers
+from bastion_core import parse_retry_after, retry_wait
+from mailrelay._signing import Signer
 
 DELIVERY_ID_HEADER = "X-MailRelay-Delivery-Id"
-MAX_DRAINED_RESPONSE_BYTES = 64 * 1024  # read small responses so the connection can be reused
 RETRYABLE_STATUSES = frozenset({408, 429})
+OFFLOAD_SIGNING_BYTES = 256 * 1024  # HMAC-SHA256 takes ~2 ms per MB: bigger bodies are signed on a worker thread
+BREAKER_OPEN_REASON = "Webhook temporarily unavailable (circuit open), try again later"
 
 log = structlog.get_logger("mailrelay.delivery")
 
@@ -33,7 +35,44 @@ class DeliveryOutcome(enum.Enum):
     REJECTED = "rejected"  # a final 4xx: 554, the receiver refused it
 
 
-BREAKER_OPEN_REASON = "Webhook temporarily unavailable (circuit open), try again later"
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """What one POST came to: the answer's status (and Retry-After), or the problem that kept it from one.
+
+    `circuit_open` means the breaker refused the attempt: nothing was sent.
+    """
+
+    status: int | None = None
+    retry_after: str | None = None
+    error: str | None = None
+    circuit_open: bool = False
+
+    @property
+    def problem(self) -> str:
+        """Short and safe to log or to put in a reply: `timeout`, `connection error: ...`, `HTTP 503`."""
+        return self.error or f"HTTP {self.status}"
+
+
+class Verdict(enum.Enum):
+    DELIVERED = "delivered"  # 2xx
+    RETRY = "retry"  # timeout, connection error, 5xx, 408, 429: worth another attempt
+    REJECTED = "rejected"  # any other 4xx: the receiver refused the message for good
+    UNEXPECTED = "unexpected"  # 1xx or 3xx (redirects are not followed): most likely a wrong URL
+    CIRCUIT_OPEN = "circuit_open"  # the breaker refused the attempt; nothing was sent
+
+
+def judge(attempt: Attempt) -> Verdict:
+    """What an attempt's answer means; the same rules in direct and queue mode."""
+    if attempt.circuit_open:
+        return Verdict.CIRCUIT_OPEN
+    status = attempt.status
+    if status is None or is_retryable_status(status):
+        return Verdict.RETRY
+    if 200 <= status < 300:
+        return Verdict.DELIVERED
+    if 400 <= status < 500:
+        return Verdict.REJECTED
+    return Verdict.UNEXPECTED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,59 +85,81 @@ class DeliveryResult:
     """Whether any attempt left the relay (False when the circuit was open before the first one)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Attempt:
-    status: int | None
-    retry_after: str | None
-    error: str | None
-    circuit_open: bool = False
+class WebhookTransport(Protocol):
+    """Sends one POST of `body` with `headers` to the webhook and says what came of it.
+
+    Never raises for HTTP or network trouble (the Attempt carries it); bounded in time by the transport.
+    """
+
+    async def post(self, body: bytes, headers: Mapping[str, str]) -> Attempt: ...
 
 
 class WebhookClient:
-    """POSTs payload bytes to the webhook until a final answer or the retry budget is spent.
+    """Builds each attempt's request and, in direct mode, retries until a final answer or the budget is spent.
 
-    The httpx client's transport is expected to carry the circuit breaker (``bastion_core.ResilientTransport``):
-    every attempt counts (a 5xx or a network error is a failure), and an open circuit ends the delivery at
-    once with ``BREAKER_OPEN_REASON``, without a POST.
-
-    Every attempt carries Content-Type, User-Agent and the delivery id (the same on every retry);
-    with a secret, X-MailRelay-Timestamp and X-MailRelay-Signature-256 are recomputed per attempt
-    over the exact bytes sent. Timeouts, connection errors, 5xx, 408 and 429 are retried up to
-    `max_retries` more times, waiting the server's Retry-After or a jittered exponential backoff.
-    Never raises for HTTP or network trouble; the result says what happened.
+    Every attempt carries Content-Type, User-Agent and the delivery id (the same on every retry); with a secret,
+    X-MailRelay-Timestamp and X-MailRelay-Signature-256 are recomputed per attempt over the exact bytes sent
+    (on a worker thread for bodies over `offload_bytes`). `deliver` retries timeouts, connection errors, 5xx, 408
+    and 429 up to `max_retries` more times, waiting the server's Retry-After or a jittered exponential backoff;
+    an open circuit ends it at once with BREAKER_OPEN_REASON. Never raises for HTTP or network trouble.
     """
 
     def __init__(
         self,
         *,
-        client: httpx.AsyncClient,
-        url: str,
+        transport: WebhookTransport,
         user_agent: str,
         secret: str | None = None,
-        timeout: float = 30.0,
         max_retries: int = 3,
         backoff_base: float = 1.0,
+        offload_bytes: int = OFFLOAD_SIGNING_BYTES,
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         random: Callable[[], float] = random.random,
     ) -> None:
-        self.client = client
-        self.url = url
+        self.transport = transport
         self.user_agent = user_agent
-        self.secret = secret
-        self.timeout = timeout
         self.max_retries = max_retries
         self.backoff_base = backoff_base
+        self.offload_bytes = offload_bytes
+        self._signer = Signer(secret) if secret is not None else None
+        self._fixed_headers = {"Content-Type": "application/json", "User-Agent": user_agent}
         self._wall_clock = wall_clock
         self._sleep = sleep
         self._random = random
+
+    def headers_for(self, body: bytes, *, delivery_id: str) -> dict[str, str]:
+        """The request headers of one attempt (signature computed now, over `body`)."""
+        headers = {**self._fixed_headers, DELIVERY_ID_HEADER: delivery_id}
+        if self._signer is not None:
+            headers.update(self._signer.headers(int(self._wall_clock()), body))
+        return headers
+
+    async def attempt(self, body: bytes, *, delivery_id: str) -> Attempt:
+        """One POST; queue mode's workers make exactly one per delivery from the stream."""
+        if self._signer is not None and len(body) > self.offload_bytes:
+            headers = await asyncio.to_thread(self.headers_for, body, delivery_id=delivery_id)
+        else:
+            headers = self.headers_for(body, delivery_id=delivery_id)
+        return await self.transport.post(body, headers)
+
+    def retry_wait(self, retry_number: int, attempt: Attempt) -> float:
+        """Seconds before retry `retry_number` (1 for the first): the capped Retry-After, else jittered backoff."""
+        return retry_wait(
+            retry_number,
+            retry_after=parse_retry_after(attempt.retry_after, now=self._wall_clock()),
+            base=self.backoff_base,
+            random=self._random,
+        )
 
     async def deliver(self, body: bytes, *, delivery_id: str) -> DeliveryResult:
         attempts = 0
         while True:
             attempts += 1
-            attempt = await self._attempt(body, delivery_id)
-            if attempt.circuit_open:
+            attempt = await self.attempt(body, delivery_id=delivery_id)
+            verdict = judge(attempt)
+            status = attempt.status
+            if verdict is Verdict.CIRCUIT_OPEN:
                 # The breaker refused the attempt without sending it: no retry can get through for now.
                 log.warning("webhook_circuit_open", delivery_id=delivery_id, attempts=attempts)
                 return DeliveryResult(
@@ -107,22 +168,28 @@ class WebhookClient:
                     reason=BREAKER_OPEN_REASON,
                     posted=attempts > 1,
                 )
-            status = attempt.status
-            if status is not None and 200 <= status < 300:
+            if verdict is Verdict.DELIVERED:
                 log.info("webhook_delivered", delivery_id=delivery_id, status=status, attempts=attempts)
                 return DeliveryResult(
                     outcome=DeliveryOutcome.DELIVERED, attempts=attempts, status=status, reason="delivered"
                 )
-            if status is not None and not is_retryable_status(status):
-                outcome = DeliveryOutcome.REJECTED if 400 <= status < 500 else DeliveryOutcome.TEMPORARY_FAILURE
-                reason = (
-                    f"Webhook refused the message (HTTP {status})"
-                    if outcome is DeliveryOutcome.REJECTED
-                    else f"Webhook answered HTTP {status}, try again later"
-                )
+            if verdict is Verdict.REJECTED:
                 log.warning("webhook_final_answer", delivery_id=delivery_id, status=status, attempts=attempts)
-                return DeliveryResult(outcome=outcome, attempts=attempts, status=status, reason=reason)
-            problem = attempt.error or f"HTTP {status}"
+                return DeliveryResult(
+                    outcome=DeliveryOutcome.REJECTED,
+                    attempts=attempts,
+                    status=status,
+                    reason=f"Webhook refused the message (HTTP {status})",
+                )
+            if verdict is Verdict.UNEXPECTED:
+                log.warning("webhook_final_answer", delivery_id=delivery_id, status=status, attempts=attempts)
+                return DeliveryResult(
+                    outcome=DeliveryOutcome.TEMPORARY_FAILURE,
+                    attempts=attempts,
+                    status=status,
+                    reason=f"Webhook answered HTTP {status}, try again later",
+                )
+            problem = attempt.problem
             if attempts > self.max_retries:
                 log.warning("webhook_retries_exhausted", delivery_id=delivery_id, problem=problem, attempts=attempts)
                 return DeliveryResult(
@@ -131,55 +198,6 @@ class WebhookClient:
                     status=status,
                     reason=f"Webhook delivery failed ({problem}), try again later",
                 )
-            wait = retry_wait(
-                attempts,
-                retry_after=parse_retry_after(attempt.retry_after, now=self._wall_clock()),
-                base=self.backoff_base,
-                random=self._random,
-            )
-            log.info(
-                "webhook_retry_scheduled",
-                delivery_id=delivery_id,
-                problem=problem,
-                attempt=attempts,
-                wait=wait,
-            )
+            wait = self.retry_wait(attempts, attempt)
+            log.info("webhook_retry_scheduled", delivery_id=delivery_id, problem=problem, attempt=attempts, wait=wait)
             await self._sleep(wait)
-
-    def headers_for(self, body: bytes, *, delivery_id: str) -> dict[str, str]:
-        """The request headers of one attempt (signature computed now, over `body`)."""
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": self.user_agent,
-            DELIVERY_ID_HEADER: delivery_id,
-        }
-        if self.secret is not None:
-            headers.update(signature_headers(self.secret, int(self._wall_clock()), body))
-        return headers
-
-    async def _attempt(self, body: bytes, delivery_id: str) -> _Attempt:
-        headers = self.headers_for(body, delivery_id=delivery_id)
-        answer: _Attempt | None = None
-        problem = ""
-        try:
-            async with asyncio.timeout(self.timeout):
-                async with self.client.stream("POST", self.url, content=body, headers=headers) as response:
-                    answer = _Attempt(
-                        status=response.status_code,
-                        retry_after=response.headers.get("retry-after"),
-                        error=None,
-                    )
-                    length = response.headers.get("content-length", "")
-                    if length.isdigit() and int(length) <= MAX_DRAINED_RESPONSE_BYTES:
-                        await response.aread()
-        except CircuitOpenError:
-            return _Attempt(status=None, retry_after=None, error="circuit open", circuit_open=True)
-        except (TimeoutError, httpx.TimeoutException):
-            problem = "timeout"
-        except httpx.HTTPError as exc:
-            problem = f"connection error: {type(exc).__name__}"
-        # The status line is the receiver's answer; the body is read only so the connection can be
-        # reused. A body that stalls or is cut short must not turn a 200 into a retry (a duplicate).
-        if answer is not None:
-            return answer
-        return _Attempt(status=None, retry_after=None, error=problem)

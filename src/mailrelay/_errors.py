@@ -7,7 +7,8 @@ RelayError
  │  │  └ AttachmentTooLarge     one attachment exceeds ATTACHMENT_MAX_BYTES (old name MAX_ATTACHMENT_SIZE)
  │  └ HtmlTextTooLong       html2text output outgrew its budget (the plain part is used instead)
  └ DeliveryError        the webhook could not be reached or refused the message
-    └ AttachmentStoreFailed  an attachment could not be uploaded to object storage
+    ├ AttachmentStoreFailed  an attachment could not be uploaded to object storage
+    └ QueueUnavailable       queue mode: the JetStream stream did not store the message (NATS down, no answer)
 
 ConfigError (``bastion_core.ConfigError``, a ``ValueError``) stands apart from the tree: a MAIL_RELAY_* setting
 is missing or invalid. Bastion raises the same class; it is raised only while settings load.
@@ -79,4 +80,13 @@ class AttachmentStoreFailed(DeliveryError):
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"attachment upload failed: {reason}")
+        self.reason = reason
+
+
+class QueueUnavailable(DeliveryError):
+    """Queue mode: the message could not be stored in the stream (the connection is down, no acknowledgement in
+    time, the stream refused it). `reason` is short and safe to log (never the NATS URL or its credentials)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"queue unavailable: {reason}")
         self.reason = reason

@@ -1,36 +1,53 @@
-"""The hand-off from SMTP to the webhook: parse, shape, check the breaker, deliver, answer DATA."""
+"""The hand-off from SMTP to the webhook: parse, check, shape, then deliver (direct mode) or queue (queue mode),
+and answer DATA."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import functools
 import random
 import uuid
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 import structlog
 
 from bastion_core import BreakerState, CircuitBreaker
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
-from mailrelay._attachments import AttachmentSink, InlineSink
+from mailrelay._attachments import Attachment, AttachmentSink, InlineSink
 from mailrelay._delivery import BREAKER_OPEN_REASON, DeliveryOutcome, WebhookClient
 from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcement
-from mailrelay._errors import AttachmentRejected, AttachmentStoreFailed
-from mailrelay._parsing import MimePart, parse_message, scrub
+from mailrelay._errors import AttachmentRejected, AttachmentStoreFailed, QueueUnavailable
+from mailrelay._parsing import MimePart, ParsedMessage, parse_message, scrub
 from mailrelay._payload import build_payload
+from mailrelay._processes import WorkerCrashed, WorkerProcesses
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._replies import Reply
 from mailrelay.smtp._session import Envelope, Session
 
-INLINE_WORK_LIMIT = 16 * 1024  # bytes of message; above it parsing and shaping run in a thread
+INLINE_WORK_LIMIT = 16 * 1024  # bytes of message; above it parsing, shaping and JSON encoding leave the loop
 # (html2text takes ~1 ms per KiB: 128 KiB inline stalled every other session for ~0.14 s)
+PROCESS_WORK_LIMIT = 512 * 1024  # above it they go to a worker process: the GIL-holding C calls (MIME parsing,
+# base64, JSON) of a 25 MB message held the loop for 50-200 ms at a time even from a thread
 LOGGED_FILENAME_CHARS = 200
 
 T = TypeVar("T")
 
 log = structlog.get_logger("mailrelay.relay")
+
+
+class MessageQueue(Protocol):
+    """Where queue mode puts accepted payloads (`_queue.JetStreamQueue`); delivery workers take them from there.
+
+    `fits(size)` says whether a payload of `size` bytes can be queued at all (the server's message size limit);
+    `enqueue` returns once the queue has stored the payload durably, or raises QueueUnavailable.
+    """
+
+    def fits(self, size: int) -> bool: ...
+
+    async def enqueue(self, body: bytes, *, delivery_id: str) -> None: ...
 
 
 class Relay:
@@ -42,6 +59,10 @@ class Relay:
     webhook answered: 250 delivered, 451 temporary (retries exhausted or the circuit is open; the sending server
     keeps the message), 554 refused by the webhook. The recipient in the payload is the first accepted one.
     `breaker` is the one under the webhook client's transport: while it is open the reply is 451 at once.
+
+    With a `queue` (queue mode) every check above still comes first, then the payload is queued instead of
+    posted: 250 once the queue stored it, 451 when the queue is unavailable; the breaker does not matter here
+    (workers deliver later). A payload too large for the queue is delivered directly, as without a queue.
     """
 
     def __init__(
@@ -54,6 +75,8 @@ class Relay:
         attachment_sink: AttachmentSink | None = None,
         dmarc: DmarcEvaluator | None = None,
         dmarc_enforce: bool = False,
+        queue: MessageQueue | None = None,
+        processes: WorkerProcesses | None = None,
         new_delivery_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         random: Callable[[], float] = random.random,
     ) -> None:
@@ -64,29 +87,34 @@ class Relay:
         self.attachment_sink: AttachmentSink = attachment_sink or InlineSink()
         self.dmarc = dmarc
         self.dmarc_enforce = dmarc_enforce
+        self.queue = queue
+        self.processes = processes
         self.dropped_attachments: collections.Counter[str] = collections.Counter()
         """Attachments the policy left out since start-up, by rule."""
         self._new_delivery_id = new_delivery_id
         self._random = random
 
-    @staticmethod
-    async def _cpu_bound(size: int, function: Callable[..., T], *args: object) -> T:
-        """Run parsing/shaping inline for small messages; big ones go to a worker thread, because
-        html2text needs about 1 s per MB of HTML and the event loop serves every other session."""
+    async def _cpu_bound(self, size: int, function: Callable[..., T], *args: object) -> T:
+        """Run parsing/shaping inline for small messages, on a thread for bigger ones (html2text needs about 1 s
+        per MB of HTML and the event loop serves every other session), on a worker process for big ones."""
         if size <= INLINE_WORK_LIMIT:
             return function(*args)
-        return await asyncio.to_thread(function, *args)
+        if size <= PROCESS_WORK_LIMIT or self.processes is None:
+            return await asyncio.to_thread(function, *args)
+        return await self.processes.run(function, *args)
 
     async def handle_envelope(self, envelope: Envelope, session: Session) -> Reply:
         delivery_id = self._new_delivery_id()
         bound = log.bind(delivery_id=delivery_id, peer=session.peer_ip)
-        if self.breaker is not None and self.breaker.state is BreakerState.OPEN:
+        if self.queue is None and self.breaker is not None and self.breaker.state is BreakerState.OPEN:
             # Nothing can be posted for now: say so before parsing, checking or uploading anything.
             bound.warning("message_deferred", reason="circuit_open", retry_in=round(self.breaker.retry_after(), 1))
             return r.temporary_failure(BREAKER_OPEN_REASON)
         raw = envelope.content or b""
         try:
             message = await self._cpu_bound(len(raw), parse_message, raw)
+        except WorkerCrashed:
+            raise  # not the message's fault: 451, the sender tries again
         except Exception:
             bound.exception("message_unparsable")
             return r.MESSAGE_UNPARSABLE
@@ -117,37 +145,57 @@ class Relay:
         except AttachmentStoreFailed as exc:
             bound.warning("message_deferred", reason="attachment_store_failed", error=exc.reason)
             return r.ATTACHMENT_STORE_FAILED
-        payload = await self._cpu_bound(
+        body = await self._cpu_bound(
             len(raw),
             functools.partial(
-                build_payload,
+                _payload_json,
                 sender=envelope.mail_from or "",
                 recipient=envelope.recipients[0] if envelope.recipients else "",
-                message=message,
+                message=dataclasses.replace(message, parts=()),  # the attachments carry what the payload needs
                 header_prefixes=self.header_prefixes,
                 attachments=attachments,
                 dmarc=verdict,
             ),
         )
-        body = payload.to_json()
+        details = {
+            "size": len(raw),
+            "attachments": len(attachments),
+            "attachments_dropped": len(screened.dropped),
+            "dmarc_result": verdict.result.value if verdict else None,
+        }
+        if self.queue is not None:
+            if self.queue.fits(len(body)):
+                return await self._enqueue(self.queue, body, delivery_id, attachments, bound, details)
+            bound.info("message_too_large_for_queue", payload_size=len(body))
         result = await self.webhook.deliver(body, delivery_id=delivery_id)
         if not result.posted:
             await self.attachment_sink.discard(attachments)  # nothing was posted: no object is referenced
         bound.info(
-            "message_relayed",
-            outcome=result.outcome.value,
-            attempts=result.attempts,
-            status=result.status,
-            size=len(raw),
-            attachments=len(attachments),
-            attachments_dropped=len(screened.dropped),
-            dmarc_result=verdict.result.value if verdict else None,
+            "message_relayed", outcome=result.outcome.value, attempts=result.attempts, status=result.status, **details
         )
         if result.outcome is DeliveryOutcome.DELIVERED:
             return r.MESSAGE_ACCEPTED
         if result.outcome is DeliveryOutcome.REJECTED:
             return r.permanent_failure(result.reason)
         return r.temporary_failure(result.reason)
+
+    async def _enqueue(
+        self,
+        queue: MessageQueue,
+        body: bytes,
+        delivery_id: str,
+        attachments: Sequence[Attachment],
+        bound: structlog.typing.FilteringBoundLogger,
+        details: Mapping[str, object],
+    ) -> Reply:
+        try:
+            await queue.enqueue(body, delivery_id=delivery_id)
+        except QueueUnavailable as exc:
+            await self.attachment_sink.discard(attachments)  # nothing was queued: no object is referenced
+            bound.warning("message_deferred", reason="queue_unavailable", error=exc.reason)
+            return r.QUEUE_UNAVAILABLE
+        bound.info("message_queued", **details)
+        return r.MESSAGE_ACCEPTED
 
     def _dmarc_refusal(self, verdict: DmarcVerdict) -> Reply | None:
         decision = enforcement(verdict, sample=self._random())
@@ -170,6 +218,26 @@ class Relay:
                 size=len(part.data),
                 dropped_total=self.dropped_attachments[rule],
             )
+
+
+def _payload_json(
+    *,
+    sender: str,
+    recipient: str,
+    message: ParsedMessage,
+    header_prefixes: Sequence[str],
+    attachments: Sequence[Attachment],
+    dmarc: DmarcVerdict | None,
+) -> bytes:
+    """The exact bytes posted (and signed): shaping and JSON encoding in one step, so both leave the loop together."""
+    return build_payload(
+        sender=sender,
+        recipient=recipient,
+        message=message,
+        header_prefixes=header_prefixes,
+        attachments=attachments,
+        dmarc=dmarc,
+    ).to_json()
 
 
 def _shown_filename(filename: str | None) -> str | None:

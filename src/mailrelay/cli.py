@@ -10,37 +10,35 @@ import ssl
 import sys
 from collections.abc import Awaitable, Sequence
 
-import httpx
 import structlog
 
-from bastion_core import (
-    UNKNOWN_VARIABLE_EVENT,
-    CircuitBreaker,
-    ConfigError,
-    Guard,
-    ResilientTransport,
-    configure_logging,
-)
+from bastion_core import UNKNOWN_VARIABLE_EVENT, CircuitBreaker, ConfigError, Guard, configure_logging
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
 from mailrelay._attachments import AttachmentSink, InlineSink
-from mailrelay._config import PREFIX, Settings, load_settings, read_environment, unknown_variables
+from mailrelay._config import PREFIX, Settings, load_settings, mask_nats_url, read_environment, unknown_variables
 from mailrelay._delivery import WebhookClient
 from mailrelay._dns import DnsClient, NoResolver
-from mailrelay._errors import ListenFailed
+from mailrelay._errors import ListenFailed, QueueUnavailable
 from mailrelay._health import HealthServer
 from mailrelay._mailauth import DmarcChecker
+from mailrelay._processes import WorkerProcesses
+from mailrelay._queue import JetStreamQueue
+from mailrelay._redelivery import RedeliveryRules
 from mailrelay._relay import Relay
 from mailrelay._tls import server_context
+from mailrelay._transport import AiohttpTransport
 from mailrelay._version import __version__
+from mailrelay._workers import DeliveryWorkers
 from mailrelay.smtp._server import SmtpServer
 from mailrelay.smtp._session import SmtpOptions
 
 EXIT_CONFIG = 2
 EXIT_LISTEN = 1
+EXIT_QUEUE = 1
 USER_AGENT = f"MailRelay/{__version__}"
-# Libraries whose INFO/DEBUG chatter stays out of the relay's log: aiosmtpd, and the HTTP client (httpx logs
-# every request URL at INFO, httpcore every connection step at DEBUG); asyncio names its selector at DEBUG.
-QUIET_LOGGERS = ("mail.log", "httpx", "httpcore", "asyncio")
+# Libraries whose INFO/DEBUG chatter stays out of the relay's log: aiosmtpd, the HTTP client, nats-py (which can
+# name the server with its credentials) and asyncio (it names its selector at DEBUG).
+QUIET_LOGGERS = ("mail.log", "aiohttp", "nats", "asyncio")
 
 log = structlog.get_logger("mailrelay")
 
@@ -74,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ListenFailed as exc:
         log.error("listen_failed", variables=exc.variables, address=exc.address, error=exc.reason)
         return EXIT_LISTEN
+    except QueueUnavailable as exc:
+        log.error("queue_unavailable", nats=mask_nats_url(settings.nats_url or ""), error=exc.reason)
+        return EXIT_QUEUE
     return 0
 
 
@@ -130,9 +131,23 @@ def attachment_sink(settings: Settings) -> AttachmentSink:
     )
 
 
+def message_queue(settings: Settings) -> JetStreamQueue | None:
+    if settings.queue != "jetstream" or settings.nats_url is None:
+        return None
+    return JetStreamQueue(
+        servers=settings.nats_url.split(","),
+        stream=settings.queue_stream,
+        ack_wait=settings.queue_ack_wait,
+        shown_url=mask_nats_url(settings.nats_url),
+    )
+
+
 async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: DmarcChecker | None = None) -> None:
-    """Run until SIGTERM or SIGINT, then shut down gracefully (see SmtpServer.shutdown)."""
-    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    """Run until SIGTERM or SIGINT, then shut down gracefully (see SmtpServer.shutdown). In queue mode the stream
+    is set up before anything listens (QueueUnavailable when it cannot be)."""
+    queue = message_queue(settings)
+    if queue is not None:
+        await queue.open()
     sink = attachment_sink(settings)
     # The spec's outbound order: the breaker, then the call (no bulkhead: MAIL_RELAY_MAX_SESSIONS bounds the calls).
     breaker = CircuitBreaker(
@@ -142,26 +157,41 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
         wait_secs=settings.circuit_breaker_reset,
         half_open_requests=settings.circuit_breaker_half_open_requests,
     )
-    transport = ResilientTransport(Guard(breaker=breaker), httpx.AsyncHTTPTransport(limits=limits))
-    async with httpx.AsyncClient(
-        transport=transport, timeout=settings.webhook_timeout, follow_redirects=False
-    ) as client:
-        relay = Relay(
-            webhook=WebhookClient(
-                client=client,
-                url=settings.webhook_url,
-                user_agent=USER_AGENT,
-                secret=settings.webhook_signing_secret,
-                timeout=settings.webhook_timeout,
-                max_retries=settings.webhook_max_retries,
+    transport = AiohttpTransport.open(
+        url=settings.webhook_url, guard=Guard(breaker=breaker), timeout=settings.webhook_timeout
+    )
+    webhook = WebhookClient(
+        transport=transport,
+        user_agent=USER_AGENT,
+        secret=settings.webhook_signing_secret,
+        max_retries=settings.webhook_max_retries,
+        backoff_base=settings.webhook_backoff_base,
+    )
+    processes = WorkerProcesses()
+    workers: DeliveryWorkers | None = None
+    if queue is not None and settings.queue_workers > 0:
+        workers = DeliveryWorkers(
+            inbox=queue,
+            webhook=webhook,
+            breaker=breaker,
+            concurrency=settings.queue_workers,
+            rules=RedeliveryRules(
+                max_attempts=settings.queue_max_attempts,
+                max_age=settings.queue_max_age,
                 backoff_base=settings.webhook_backoff_base,
             ),
+        )
+    try:
+        relay = Relay(
+            webhook=webhook,
             breaker=breaker,
             attachment_policy=attachment_policy(settings),
             attachment_sink=sink,
             header_prefixes=settings.header_prefixes,
             dmarc=dmarc,
             dmarc_enforce=settings.dmarc_mode == "enforce",
+            queue=queue,
+            processes=processes,
         )
         smtp = SmtpServer(
             options=SmtpOptions(
@@ -184,6 +214,8 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
         except ListenFailed:
             await health.stop()
             raise
+        if workers is not None:
+            workers.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -198,12 +230,25 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
             dmarc=settings.dmarc_mode,
             attachments=settings.attachment_delivery,
             attachment_policy=settings.attachment_policy_action,
+            queue=settings.queue,
+            **(
+                {"nats": queue.shown_url, "stream": queue.stream, "workers": settings.queue_workers}
+                if queue is not None
+                else {}
+            ),
         )
         await stop.wait()
         log.info("mailrelay_stopping", grace=settings.shutdown_grace)
         await smtp.shutdown(settings.shutdown_grace)
+        if workers is not None:
+            await workers.stop(settings.shutdown_grace)
         await health.stop()
+    finally:
+        processes.close()
+        await transport.close()
+        if queue is not None:
+            await queue.close()
         if dmarc is not None:
             dmarc.close()
         sink.close()
-        log.info("mailrelay_stopped")
+    log.info("mailrelay_stopped")

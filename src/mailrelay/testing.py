@@ -9,7 +9,7 @@ from __future__ import annotations
 import http.server
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from bastion_core.testing import FakeClock, free_port
@@ -48,7 +48,9 @@ class WebhookReceiver:
     """A real HTTP server in a background thread that records every request.
 
     `script(...)` queues answers (ints or ScriptedResponse) consumed one per request; when the
-    queue is empty it answers `default`. Use as a context manager or call start()/stop().
+    queue is empty it answers `default`. `answer_with(function)` answers every request from what the function
+    returns for it instead (e.g. by body); `hold()` records requests as they arrive but keeps every answer back
+    until `release()`. Use as a context manager or call start()/stop().
     """
 
     def __init__(self, host: str = "127.0.0.1", *, default: int = 200) -> None:
@@ -56,6 +58,9 @@ class WebhookReceiver:
         self.default = ScriptedResponse(status=default)
         self.requests: list[RecordedRequest] = []
         self._script: list[ScriptedResponse] = []
+        self._answer: Callable[[RecordedRequest], int | ScriptedResponse] | None = None
+        self._released = threading.Event()
+        self._released.set()
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._server: http.server.ThreadingHTTPServer | None = None
@@ -74,11 +79,23 @@ class WebhookReceiver:
         with self._lock:
             self._script.extend(r if isinstance(r, ScriptedResponse) else ScriptedResponse(status=r) for r in responses)
 
+    def answer_with(self, function: Callable[[RecordedRequest], int | ScriptedResponse] | None) -> None:
+        with self._lock:
+            self._answer = function
+
+    def hold(self) -> None:
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
     def reset(self, *, default: int = 200) -> None:
         with self._lock:
             self.requests.clear()
             self._script.clear()
+            self._answer = None
             self.default = ScriptedResponse(status=default)
+        self._released.set()
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[RecordedRequest]:
         """Block until at least `count` requests arrived (or the timeout passed); return them."""
@@ -95,6 +112,9 @@ class WebhookReceiver:
         with self._arrived:
             self.requests.append(request)
             self._arrived.notify_all()
+            if self._answer is not None:
+                answer = self._answer(request)
+                return answer if isinstance(answer, ScriptedResponse) else ScriptedResponse(status=answer)
             return self._script.pop(0) if self._script else self.default
 
     def start(self) -> WebhookReceiver:
@@ -115,6 +135,7 @@ class WebhookReceiver:
                         received_at=time.time(),
                     )
                 )
+                receiver._released.wait()
                 if answer.delay:
                     time.sleep(answer.delay)
                 try:
@@ -132,11 +153,15 @@ class WebhookReceiver:
 
         self._server = http.server.ThreadingHTTPServer((self.host, 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook-receiver", daemon=True)
+        server = self._server
+        self._thread = threading.Thread(  # a short poll interval: stop() returns at once, not after up to 0.5 s
+            target=lambda: server.serve_forever(poll_interval=0.05), name="webhook-receiver", daemon=True
+        )
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        self._released.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

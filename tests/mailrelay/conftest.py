@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from mailrelay.testing import FakeClock
@@ -14,16 +13,6 @@ from tests.mailrelay.servers import S3_ACCESS_KEY, S3_SECRET_KEY, DnsZone, S3Ser
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-@pytest.fixture
-def make_client() -> Callable[[Callable[[httpx.Request], httpx.Response]], httpx.AsyncClient]:
-    """Factory: an httpx.AsyncClient whose transport is the given request handler."""
-
-    def make(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=httpx.MockTransport(handler))
-
-    return make
 
 
 @pytest.fixture(scope="session")

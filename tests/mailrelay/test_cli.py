@@ -12,7 +12,7 @@ from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
 from mailrelay._attachments import InlineSink
 from mailrelay._mailauth import DmarcChecker
 from mailrelay._s3 import S3Sink
-from mailrelay.cli import EXIT_CONFIG, attachment_policy, attachment_sink, dmarc_checker, main
+from mailrelay.cli import EXIT_CONFIG, attachment_policy, attachment_sink, dmarc_checker, main, message_queue
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -79,3 +79,21 @@ def test_attachment_sink_and_policy_from_the_settings() -> None:
     assert attachment_policy(parse_settings(values)) == AttachmentPolicy(
         max_bytes=9, denied_extensions=frozenset({"exe"}), action=PolicyAction.REJECT
     )
+
+
+def test_queue_only_in_jetstream_mode_with_every_nats_url_and_a_masked_one_to_show() -> None:
+    assert message_queue(parse_settings(REQUIRED)) is None
+    queue = message_queue(
+        parse_settings(
+            {
+                **REQUIRED,
+                "MAIL_RELAY_QUEUE": "jetstream",
+                "MAIL_RELAY_NATS_URL": "nats://u:pw@a:4222,nats://t0ken@b:4222",
+                "MAIL_RELAY_QUEUE_STREAM": "MAIL",
+                "MAIL_RELAY_QUEUE_ACK_WAIT": "45",
+            }
+        )
+    )
+    assert queue is not None
+    assert (queue.servers, queue.stream, queue.ack_wait) == (["nats://u:pw@a:4222", "nats://t0ken@b:4222"], "MAIL", 45)
+    assert queue.shown_url == "nats://u:***@a:4222,nats://***@b:4222"

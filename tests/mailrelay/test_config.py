@@ -423,3 +423,86 @@ def test_dmarc_variables_are_known_now() -> None:
         "MAIL_RELAY_MAX_ATTACHMENT_SIZE": "1",
     }
     assert unknown_variables(env) == []
+
+
+NATS_EXPECTED = "a NATS URL like nats://127.0.0.1:4222 (several: comma-separated)"
+QUEUE = {"QUEUE": "jetstream", "NATS_URL": "nats://127.0.0.1:4222"}
+
+
+def test_queue_defaults_to_direct_mode() -> None:
+    settings = parse_settings(REQUIRED)
+    assert (settings.queue, settings.nats_url, settings.queue_stream) == ("direct", None, "MAILRELAY")
+    assert (settings.queue_workers, settings.queue_max_attempts) == (16, 25)
+    assert (settings.queue_max_age, settings.queue_ack_wait) == (86_400, 60)
+
+
+def test_queue_mode_values() -> None:
+    settings = parse_settings(
+        settings_with(
+            QUEUE="JetStream",
+            NATS_URL=" nats://a:4222 , tls://b:4222",
+            QUEUE_STREAM="mail_in-1",
+            QUEUE_WORKERS="0",
+            QUEUE_MAX_ATTEMPTS="3",
+            QUEUE_MAX_AGE="600",
+            QUEUE_ACK_WAIT="45",
+        )
+    )
+    assert (settings.queue, settings.nats_url, settings.queue_stream) == (
+        "jetstream",
+        "nats://a:4222,tls://b:4222",
+        "mail_in-1",
+    )
+    assert (settings.queue_workers, settings.queue_max_attempts, settings.queue_max_age, settings.queue_ack_wait) == (
+        0,
+        3,
+        600,
+        45,
+    )
+
+
+def test_queue_mode_needs_a_nats_url() -> None:
+    assert error_for(settings_with(QUEUE="jetstream")) == (
+        "MAIL_RELAY_NATS_URL: expected a NATS URL like nats://127.0.0.1:4222 (required with "
+        "MAIL_RELAY_QUEUE=jetstream), got <unset>"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("QUEUE", "kafka", "one of direct, jetstream"),
+        ("NATS_URL", "http://127.0.0.1:4222", NATS_EXPECTED),
+        ("NATS_URL", "nats://a:4222,,nats://b:4222", NATS_EXPECTED),
+        ("NATS_URL", "nats://:4222", NATS_EXPECTED),
+        ("QUEUE_STREAM", "mail.in", "a JetStream stream name (1-64 letters, digits, _ and -)"),
+        ("QUEUE_STREAM", "mail>", "a JetStream stream name (1-64 letters, digits, _ and -)"),
+        ("QUEUE_WORKERS", "-1", "an integer >= 0"),
+        ("QUEUE_MAX_ATTEMPTS", "0", "an integer 1-1000"),
+        ("QUEUE_MAX_AGE", "0", "a number of seconds > 0"),
+    ],
+)
+def test_bad_queue_values(name: str, value: str, expected: str) -> None:
+    assert error_for({**settings_with(**QUEUE), f"MAIL_RELAY_{name}": value}) == (
+        f"MAIL_RELAY_{name}: expected {expected}, got {value!r}"
+    )
+
+
+def test_ack_wait_must_outlast_the_webhook_timeout_in_queue_mode() -> None:
+    assert error_for(settings_with(**QUEUE, WEBHOOK_TIMEOUT="30", QUEUE_ACK_WAIT="30")) == (
+        "MAIL_RELAY_QUEUE_ACK_WAIT: expected a number of seconds greater than MAIL_RELAY_WEBHOOK_TIMEOUT (30), got '30'"
+    )
+    assert parse_settings(settings_with(WEBHOOK_TIMEOUT="90")).queue_ack_wait == 60  # direct mode: not used
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        pytest.param("http://alice:s3cret@nats:4222", "'http://alice:***@nats:4222'", id="password"),
+        pytest.param("http://t0ken@nats:4222", "'http://***@nats:4222'", id="token"),
+        pytest.param("nats://a:4222,http://t0ken@b:4222", "'nats://a:4222,http://***@b:4222'", id="cluster"),
+    ],
+)
+def test_nats_credentials_are_never_shown(raw: str, shown: str) -> None:
+    message = error_for(settings_with(QUEUE="jetstream", NATS_URL=raw))
+    assert message == f"MAIL_RELAY_NATS_URL: expected {NATS_EXPECTED}, got {shown}"

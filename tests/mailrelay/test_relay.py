@@ -1,76 +1,79 @@
-"""Relay.handle_envelope: parse, shape, breaker, deliver, and the DATA reply for each outcome."""
+"""Relay.handle_envelope: parse, shape, breaker, deliver or queue, and the DATA reply for each outcome.
+
+The webhook is a real HTTP server (WebhookReceiver) behind the real transport and breaker, as in cli.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
-import httpx
 import pytest
 
-from bastion_core import BreakerState, CircuitBreaker, Guard, ResilientTransport
+from bastion_core import BreakerState, CircuitBreaker, Guard
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
 from mailrelay._attachments import Attachment, DeliveryMode
 from mailrelay._delivery import BREAKER_OPEN_REASON, WebhookClient
 from mailrelay._dmarc import DmarcPolicy, DmarcResult, DmarcVerdict
-from mailrelay._errors import AttachmentStoreFailed
+from mailrelay._errors import AttachmentStoreFailed, QueueUnavailable
 from mailrelay._parsing import MimePart
-from mailrelay._relay import INLINE_WORK_LIMIT, Relay
+from mailrelay._processes import WorkerCrashed, WorkerProcesses
+from mailrelay._relay import INLINE_WORK_LIMIT, PROCESS_WORK_LIMIT, Relay
+from mailrelay._transport import AiohttpTransport
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._session import Envelope, Session
-from mailrelay.testing import FakeClock
+from mailrelay.testing import FakeClock, WebhookReceiver
 
 MESSAGE = b"From: Al <al@example.org>\r\nSubject: hi\r\nX-Custom-A: 1\r\n\r\nhello\r\n"
+
+MakeRelay = Callable[..., Relay]
 
 
 def envelope(content: bytes = MESSAGE) -> Envelope:
     return Envelope(mail_from="al@example.org", recipients=["inbox@example.test", "ops@example.test"], content=content)
 
 
-class Recorder:
-    def __init__(self, *statuses: int) -> None:
-        self.statuses = list(statuses)
-        self.bodies: list[bytes] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.bodies.append(request.content)
-        return httpx.Response(self.statuses.pop(0) if self.statuses else 200)
-
-
 async def _no_sleep(seconds: float) -> None:
     return None
 
 
-def make_relay(
-    handler: Callable[[httpx.Request], httpx.Response], client_holder: list[httpx.AsyncClient], **kw: object
-) -> Relay:
-    breaker = kw.pop("breaker", None) or CircuitBreaker(min_requests=4, wait_secs=60, clock=FakeClock())
-    assert isinstance(breaker, CircuitBreaker)
-    # As in cli.py: the breaker sits under the webhook client, in its transport.
-    transport = ResilientTransport(Guard(breaker=breaker), httpx.MockTransport(handler))
-    client = httpx.AsyncClient(transport=transport)
-    client_holder.append(client)
-    policy = kw.pop("attachment_policy", None) or AttachmentPolicy(max_bytes=100)
-    return Relay(
-        webhook=WebhookClient(
-            client=client, url="https://h.example/m", user_agent="UA", max_retries=1, sleep=_no_sleep
-        ),
-        breaker=breaker,
-        attachment_policy=policy,  # type: ignore[arg-type]
-        header_prefixes=("x-custom-",),
-        new_delivery_id=lambda: "fixed-id",
-        **kw,  # type: ignore[arg-type]
-    )
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    with WebhookReceiver() as running:
+        yield running
 
 
-async def test_delivered_message_gets_250_and_the_payload() -> None:
-    recorder, clients = Recorder(), list[httpx.AsyncClient]()
-    relay = make_relay(recorder, clients)
+@pytest.fixture
+async def make_relay(receiver: WebhookReceiver) -> AsyncIterator[MakeRelay]:
+    """Factory: a Relay posting to `receiver` through the real transport, its breaker in the transport's guard."""
+    transports: list[AiohttpTransport] = []
+
+    def make(**kw: object) -> Relay:
+        breaker = kw.pop("breaker", None) or CircuitBreaker(min_requests=4, wait_secs=60, clock=FakeClock())
+        assert isinstance(breaker, CircuitBreaker)
+        transport = AiohttpTransport.open(url=receiver.url, guard=Guard(breaker=breaker), timeout=5)
+        transports.append(transport)
+        policy = kw.pop("attachment_policy", None) or AttachmentPolicy(max_bytes=100)
+        return Relay(
+            webhook=WebhookClient(transport=transport, user_agent="UA", max_retries=1, sleep=_no_sleep),
+            breaker=breaker,
+            attachment_policy=policy,  # type: ignore[arg-type]
+            header_prefixes=("x-custom-",),
+            new_delivery_id=lambda: "fixed-id",
+            **kw,  # type: ignore[arg-type]
+        )
+
+    yield make
+    for transport in transports:
+        await transport.close()
+
+
+async def test_delivered_message_gets_250_and_the_payload(make_relay: MakeRelay, receiver: WebhookReceiver) -> None:
+    relay = make_relay()
     reply = await relay.handle_envelope(envelope(), Session(peer_ip="127.0.0.1"))
-    await clients[0].aclose()
     assert reply == r.MESSAGE_ACCEPTED
-    assert json.loads(recorder.bodies[0]) == {
+    assert json.loads(receiver.bodies()[0]) == {
         "sender": "al@example.org",
         "sender_name": "Al",
         "recipient": "inbox@example.test",
@@ -80,25 +83,25 @@ async def test_delivered_message_gets_250_and_the_payload() -> None:
     }
 
 
-async def test_retries_exhausted_gives_451_and_every_attempt_counts_for_the_breaker() -> None:
+async def test_retries_exhausted_gives_451_and_every_attempt_counts_for_the_breaker(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
     breaker = CircuitBreaker(threshold=0.5, min_requests=4, wait_secs=60, clock=FakeClock())
-    recorder, clients = Recorder(500, 500, 500, 500), list[httpx.AsyncClient]()
-    relay = make_relay(recorder, clients, breaker=breaker)
+    receiver.script(500, 500, 500, 500)
+    relay = make_relay(breaker=breaker)
     first = await relay.handle_envelope(envelope(), Session(peer_ip="x"))
     second = await relay.handle_envelope(envelope(), Session(peer_ip="x"))
     assert first == second == r.temporary_failure("Webhook delivery failed (HTTP 500), try again later")
     assert breaker.state is BreakerState.OPEN
     third = await relay.handle_envelope(envelope(), Session(peer_ip="x"))
-    await clients[0].aclose()
     assert third == r.temporary_failure("Webhook temporarily unavailable (circuit open), try again later")
-    assert len(recorder.bodies) == 4  # 2 messages x 2 attempts = 4 failures of 4; none for the third
+    assert len(receiver.bodies()) == 4  # 2 messages x 2 attempts = 4 failures of 4; none for the third
 
 
-async def test_4xx_gives_554_and_does_not_open_the_breaker() -> None:
+async def test_4xx_gives_554_and_does_not_open_the_breaker(make_relay: MakeRelay, receiver: WebhookReceiver) -> None:
     breaker = CircuitBreaker(min_requests=1, wait_secs=60, clock=FakeClock())
-    recorder, clients = Recorder(422), list[httpx.AsyncClient]()
-    reply = await make_relay(recorder, clients, breaker=breaker).handle_envelope(envelope(), Session(peer_ip="x"))
-    await clients[0].aclose()
+    receiver.script(422)
+    reply = await make_relay(breaker=breaker).handle_envelope(envelope(), Session(peer_ip="x"))
     assert reply == r.permanent_failure("Webhook refused the message (HTTP 422)")
     assert breaker.state is BreakerState.CLOSED
 
@@ -109,22 +112,22 @@ OVERSIZED = (
 )
 
 
-async def test_oversized_attachment_with_reject_gives_552_without_posting() -> None:
-    recorder, clients = Recorder(), list[httpx.AsyncClient]()
-    relay = make_relay(recorder, clients, attachment_policy=AttachmentPolicy(max_bytes=100, action=PolicyAction.REJECT))
+async def test_oversized_attachment_with_reject_gives_552_without_posting(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
+    relay = make_relay(attachment_policy=AttachmentPolicy(max_bytes=100, action=PolicyAction.REJECT))
     reply = await relay.handle_envelope(envelope(OVERSIZED), Session(peer_ip="x"))
-    await clients[0].aclose()
     assert reply == r.ATTACHMENT_TOO_LARGE
-    assert recorder.bodies == []
+    assert receiver.bodies() == []
 
 
-async def test_oversized_attachment_with_drop_is_left_out_and_counted() -> None:
-    recorder, clients = Recorder(), list[httpx.AsyncClient]()
-    relay = make_relay(recorder, clients)
+async def test_oversized_attachment_with_drop_is_left_out_and_counted(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
+    relay = make_relay()
     for _ in range(2):
         assert await relay.handle_envelope(envelope(OVERSIZED), Session(peer_ip="x")) == r.MESSAGE_ACCEPTED
-    await clients[0].aclose()
-    assert "attachments" not in json.loads(recorder.bodies[0])
+    assert "attachments" not in json.loads(receiver.bodies()[0])
     assert relay.dropped_attachments == {"max_bytes": 2}
 
 
@@ -133,20 +136,19 @@ class PassingDmarc:
         return DmarcVerdict(result=DmarcResult.PASS, authenticated_from="al@example.org")
 
 
-async def test_dmarc_seam_adds_its_fields() -> None:
-    recorder, clients = Recorder(), list[httpx.AsyncClient]()
-    relay = make_relay(recorder, clients, dmarc=PassingDmarc())
+async def test_dmarc_seam_adds_its_fields(make_relay: MakeRelay, receiver: WebhookReceiver) -> None:
+    relay = make_relay(dmarc=PassingDmarc())
     await relay.handle_envelope(envelope(), Session(peer_ip="x"))
-    await clients[0].aclose()
-    payload = json.loads(recorder.bodies[0])
+    payload = json.loads(receiver.bodies()[0])
     assert (payload["dmarc_result"], payload["authenticated_from"]) == ("pass", "al@example.org")
 
 
 @pytest.mark.parametrize("words", [pytest.param(6_000, id="30KiB-newsletter"), pytest.param(40_000, id="200KiB")])
 async def test_big_messages_are_shaped_in_a_worker_thread_with_the_same_result(
-    monkeypatch: pytest.MonkeyPatch, words: int
+    make_relay: MakeRelay, receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch, words: int
 ) -> None:
-    """html2text needs ~1 ms per KiB: even a typical newsletter converted inline stalls every session."""
+    """html2text needs ~1 ms per KiB: even a typical newsletter converted inline stalls every session (no worker
+    processes given here: every big message then goes to a thread)."""
     offloaded: list[str] = []
     real_to_thread = asyncio.to_thread
 
@@ -158,24 +160,22 @@ async def test_big_messages_are_shaped_in_a_worker_thread_with_the_same_result(
     html = "<p>" + "word " * words + "</p>"
     raw = f"Subject: big\r\nContent-Type: text/html\r\n\r\n{html}\r\n".encode()
     assert len(raw) > INLINE_WORK_LIMIT
-    recorder, clients = Recorder(), list[httpx.AsyncClient]()
-    reply = await make_relay(recorder, clients).handle_envelope(envelope(raw), Session(peer_ip="x"))
-    await clients[0].aclose()
+    reply = await make_relay().handle_envelope(envelope(raw), Session(peer_ip="x"))
     assert reply == r.MESSAGE_ACCEPTED
-    assert offloaded == ["parse_message", "build_payload"]
-    payload = json.loads(recorder.bodies[0])
+    assert offloaded == ["parse_message", "_payload_json"]
+    payload = json.loads(receiver.bodies()[0])
     assert payload["html_body"] == html + "\n"
     assert payload["body"].startswith("word word")
 
 
-async def test_small_messages_are_shaped_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_small_messages_are_shaped_inline(
+    make_relay: MakeRelay, receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async def no_threads(function: Callable[..., object], /, *args: object) -> object:
         raise AssertionError("a small message left the event loop")
 
     monkeypatch.setattr("mailrelay._relay.asyncio.to_thread", no_threads)
-    recorder, clients = Recorder(), list[httpx.AsyncClient]()
-    reply = await make_relay(recorder, clients).handle_envelope(envelope(), Session(peer_ip="x"))
-    await clients[0].aclose()
+    reply = await make_relay().handle_envelope(envelope(), Session(peer_ip="x"))
     assert reply == r.MESSAGE_ACCEPTED
 
 
@@ -198,20 +198,18 @@ REJECTING = DmarcVerdict(result=DmarcResult.FAIL, domain="example.org", policy=D
         (DmarcVerdict(result=DmarcResult.TEMPERROR, domain="example.org"), r.DMARC_TEMPERROR),
     ],
 )
-async def test_dmarc_enforce_refuses_without_posting(verdict: DmarcVerdict, reply: r.Reply) -> None:
-    recorder, clients = Recorder(), list[httpx.AsyncClient]()
-    relay = make_relay(recorder, clients, dmarc=ScriptedDmarc(verdict), dmarc_enforce=True)
+async def test_dmarc_enforce_refuses_without_posting(
+    make_relay: MakeRelay, receiver: WebhookReceiver, verdict: DmarcVerdict, reply: r.Reply
+) -> None:
+    relay = make_relay(dmarc=ScriptedDmarc(verdict), dmarc_enforce=True)
     assert await relay.handle_envelope(envelope(), Session(peer_ip="x")) == reply
-    await clients[0].aclose()
-    assert recorder.bodies == []
+    assert receiver.bodies() == []
 
 
-async def test_dmarc_monitor_posts_whatever_the_result() -> None:
-    recorder, clients = Recorder(), list[httpx.AsyncClient]()
-    relay = make_relay(recorder, clients, dmarc=ScriptedDmarc(REJECTING))
+async def test_dmarc_monitor_posts_whatever_the_result(make_relay: MakeRelay, receiver: WebhookReceiver) -> None:
+    relay = make_relay(dmarc=ScriptedDmarc(REJECTING))
     assert await relay.handle_envelope(envelope(), Session(peer_ip="x")) == r.MESSAGE_ACCEPTED
-    await clients[0].aclose()
-    payload = json.loads(recorder.bodies[0])
+    payload = json.loads(receiver.bodies()[0])
     assert (payload["dmarc_result"], "authenticated_from" in payload) == ("fail", False)
 
 
@@ -243,35 +241,145 @@ WITH_ATTACHMENT = (
 )
 
 
-async def test_attachment_store_failure_gives_451_without_posting() -> None:
-    recorder, clients = Recorder(), list[httpx.AsyncClient]()
-    relay = make_relay(recorder, clients, attachment_sink=RecordingSink(fail=True))
+async def test_attachment_store_failure_gives_451_without_posting(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
+    relay = make_relay(attachment_sink=RecordingSink(fail=True))
     assert await relay.handle_envelope(envelope(WITH_ATTACHMENT), Session(peer_ip="x")) == r.ATTACHMENT_STORE_FAILED
-    await clients[0].aclose()
-    assert recorder.bodies == []
+    assert receiver.bodies() == []
 
 
-async def test_open_circuit_answers_451_before_anything_is_stored() -> None:
+async def test_open_circuit_answers_451_before_anything_is_stored(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
     breaker = CircuitBreaker(min_requests=1, wait_secs=60, clock=FakeClock())
     breaker.record(breaker.admit(), success=False)
-    sink, recorder, clients = RecordingSink(), Recorder(), list[httpx.AsyncClient]()
-    relay = make_relay(recorder, clients, breaker=breaker, attachment_sink=sink)
+    sink = RecordingSink()
+    relay = make_relay(breaker=breaker, attachment_sink=sink)
     reply = await relay.handle_envelope(envelope(WITH_ATTACHMENT), Session(peer_ip="x"))
-    await clients[0].aclose()
     assert reply == r.temporary_failure(BREAKER_OPEN_REASON)
-    assert (sink.stored, sink.discarded, recorder.bodies) == ([], [], [])
+    assert (sink.stored, sink.discarded, receiver.bodies()) == ([], [], [])
 
 
-async def test_circuit_refusing_the_first_attempt_discards_the_stored_attachments() -> None:
+async def test_circuit_refusing_the_first_attempt_discards_the_stored_attachments(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
     clock = FakeClock()
     breaker = CircuitBreaker(min_requests=1, wait_secs=60, half_open_requests=1, clock=clock)
     breaker.record(breaker.admit(), success=False)
     clock.advance(60)
     breaker.admit()  # Half-Open: another message holds the one test slot
-    sink, recorder, clients = RecordingSink(), Recorder(), list[httpx.AsyncClient]()
-    relay = make_relay(recorder, clients, breaker=breaker, attachment_sink=sink)
+    sink = RecordingSink()
+    relay = make_relay(breaker=breaker, attachment_sink=sink)
     reply = await relay.handle_envelope(envelope(WITH_ATTACHMENT), Session(peer_ip="x"))
-    await clients[0].aclose()
     assert reply == r.temporary_failure(BREAKER_OPEN_REASON)
     assert [a.url for a in sink.discarded] == ["s3://b/k"]
-    assert recorder.bodies == []
+    assert receiver.bodies() == []
+
+
+def _with_attachment_of(size: int) -> bytes:
+    blob = b"QUFB" * (size // 4)
+    return (
+        b"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nsee file\r\n"
+        b"--b\r\nContent-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n"
+        b'Content-Disposition: attachment; filename="a.bin"\r\n\r\n' + blob + b"\r\n--b--\r\n"
+    )
+
+
+async def test_big_messages_are_shaped_in_worker_processes_with_the_same_payload(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
+    """Past PROCESS_WORK_LIMIT parsing, base64 and JSON run in another process (their C calls hold the GIL)."""
+    raw = _with_attachment_of(PROCESS_WORK_LIMIT)
+    assert len(raw) > PROCESS_WORK_LIMIT
+    processes = WorkerProcesses(workers=1)
+    try:
+        in_processes = make_relay(attachment_policy=AttachmentPolicy(max_bytes=10**7), processes=processes)
+        assert await in_processes.handle_envelope(envelope(raw), Session(peer_ip="x")) == r.MESSAGE_ACCEPTED
+    finally:
+        processes.close()
+    in_threads = make_relay(attachment_policy=AttachmentPolicy(max_bytes=10**7))
+    assert await in_threads.handle_envelope(envelope(raw), Session(peer_ip="x")) == r.MESSAGE_ACCEPTED
+    from_process, from_thread = receiver.bodies()
+    assert from_process == from_thread
+    assert json.loads(from_process)["attachments"][0]["size_bytes"] == PROCESS_WORK_LIMIT // 4 * 3
+
+
+async def test_a_dead_worker_process_defers_the_message_instead_of_refusing_it(
+    make_relay: MakeRelay, receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def crash(*args: object, **kwargs: object) -> object:
+        raise WorkerCrashed("killed")
+
+    processes = WorkerProcesses(workers=1)
+    monkeypatch.setattr(processes, "run", crash)
+    relay = make_relay(processes=processes)
+    with pytest.raises(WorkerCrashed):  # the SMTP layer answers 451 Local error for it
+        await relay.handle_envelope(envelope(_with_attachment_of(PROCESS_WORK_LIMIT)), Session(peer_ip="x"))
+    assert receiver.bodies() == []
+
+
+class MemoryQueue:
+    """A MessageQueue that keeps what it is given (the real one, on JetStream, is tested in test_queue.py)."""
+
+    def __init__(self, *, limit: int = 10**6, down: bool = False) -> None:
+        self.limit = limit
+        self.down = down
+        self.stored: list[tuple[str, bytes]] = []
+
+    def fits(self, size: int) -> bool:
+        return size <= self.limit
+
+    async def enqueue(self, body: bytes, *, delivery_id: str) -> None:
+        if self.down:
+            raise QueueUnavailable("not connected to NATS")
+        self.stored.append((delivery_id, body))
+
+
+async def test_queue_mode_answers_250_once_stored_and_posts_nothing(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
+    queue = MemoryQueue()
+    assert await make_relay(queue=queue).handle_envelope(envelope(), Session(peer_ip="x")) == r.MESSAGE_ACCEPTED
+    ((delivery_id, body),) = queue.stored
+    assert delivery_id == "fixed-id"
+    assert json.loads(body)["subject"] == "hi"
+    assert receiver.bodies() == []
+
+
+async def test_queue_mode_still_refuses_what_the_checks_refuse(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
+    queue = MemoryQueue()
+    relay = make_relay(queue=queue, dmarc=ScriptedDmarc(REJECTING), dmarc_enforce=True)
+    assert await relay.handle_envelope(envelope(), Session(peer_ip="x")) == r.dmarc_rejected("example.org")
+    assert queue.stored == []
+
+
+async def test_queue_unavailable_is_451_and_discards_the_stored_attachments(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
+    sink = RecordingSink()
+    relay = make_relay(queue=MemoryQueue(down=True), attachment_sink=sink)
+    assert await relay.handle_envelope(envelope(WITH_ATTACHMENT), Session(peer_ip="x")) == r.QUEUE_UNAVAILABLE
+    assert str(r.QUEUE_UNAVAILABLE) == "451 4.3.0 Queue temporarily unavailable, try again later"
+    assert [a.url for a in sink.discarded] == ["s3://b/k"]
+    assert receiver.bodies() == []
+
+
+async def test_open_circuit_does_not_defer_queued_mail(make_relay: MakeRelay, receiver: WebhookReceiver) -> None:
+    breaker = CircuitBreaker(min_requests=1, wait_secs=60, clock=FakeClock())
+    breaker.record(breaker.admit(), success=False)
+    queue = MemoryQueue()
+    relay = make_relay(breaker=breaker, queue=queue)
+    assert await relay.handle_envelope(envelope(), Session(peer_ip="x")) == r.MESSAGE_ACCEPTED
+    assert len(queue.stored) == 1
+
+
+async def test_payload_too_big_for_the_queue_is_delivered_directly(
+    make_relay: MakeRelay, receiver: WebhookReceiver
+) -> None:
+    queue = MemoryQueue(limit=10)
+    assert await make_relay(queue=queue).handle_envelope(envelope(), Session(peer_ip="x")) == r.MESSAGE_ACCEPTED
+    assert queue.stored == []
+    assert json.loads(receiver.bodies()[0])["subject"] == "hi"

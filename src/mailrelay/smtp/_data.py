@@ -21,7 +21,7 @@ async def read_message(
     reply after the data) but not kept: the returned Reply says which limit was hit. `on_line` is
     called for every line received, so the caller can tell an idle client from a slow upload.
     """
-    lines: list[bytes] = []
+    data = bytearray()  # grows in place (a final join of 25 MB of lines held the event loop for ~10-30 ms)
     size = 0
     failure: Reply | None = None
     in_long_line = False
@@ -32,7 +32,7 @@ async def read_message(
             await reader.read(exc.consumed)
             in_long_line = True
             failure = failure or r.DATA_LINE_TOO_LONG
-            lines.clear()
+            data.clear()
             on_line()
             continue
         on_line()
@@ -46,9 +46,9 @@ async def read_message(
         size += len(line)
         if failure is None and size > max_size:
             failure = r.MESSAGE_TOO_LARGE
-            lines.clear()
+            data.clear()
         if failure is None:
-            lines.append(line)
+            data += line
     if failure is not None:
         return failure
-    return b"".join(lines)
+    return bytes(data)

@@ -69,6 +69,7 @@ ATTACHMENT_POLICY_REPLIES = {
 ATTACHMENT_STORE_FAILED = Reply(code=451, text="4.3.0 Attachment storage unavailable, try again later")
 DMARC_NO_AUTHOR = Reply(code=550, text="5.7.1 Message rejected: DMARC needs exactly one From address")
 DMARC_TEMPERROR = Reply(code=451, text="4.7.0 DMARC check failed temporarily (DNS), try again later")
+QUEUE_UNAVAILABLE = Reply(code=451, text="4.3.0 Queue temporarily unavailable, try again later")
 MESSAGE_UNPARSABLE = Reply(code=554, text="5.6.0 Message could not be parsed")
 LOCAL_ERROR = Reply(code=451, text="4.3.0 Local error in processing")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -86,6 +87,47 @@ def start_relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
     yield start
     for relay in started:
         relay.stop()
+
+
+@pytest.fixture
+def own_webhook() -> Iterator[WebhookReceiver]:
+    """A receiver of the test's own: relays of other tests never post to it."""
+    with WebhookReceiver() as running:
+        yield running
+
+
+@pytest.fixture
+def queue_relay(
+    start_relay: Callable[..., RelayProcess], own_webhook: WebhookReceiver
+) -> Iterator[Callable[..., RelayProcess]]:
+    """Factory: queue_relay(nats_url, stream, **MAIL_RELAY_overrides) -> a relay in queue mode posting to
+    `own_webhook`, signing with SECRET; stopped at the end of the test (not of the session)."""
+    started: list[RelayProcess] = []
+
+    def start(nats_url: str, stream: str, **settings: str) -> RelayProcess:
+        values = {
+            "WEBHOOK_URL": own_webhook.url,
+            "WEBHOOK_SIGNING_SECRET": SECRET,
+            "QUEUE": "jetstream",
+            "NATS_URL": nats_url,
+            "QUEUE_STREAM": stream,
+            "WEBHOOK_TIMEOUT": "5",
+            "QUEUE_ACK_WAIT": "8",
+            **settings,
+        }
+        relay = start_relay(**values)
+        started.append(relay)
+        return relay
+
+    yield start
+    for relay in started:
+        relay.stop()
+
+
+@pytest.fixture
+def stream_name() -> str:
+    """A stream of the test's own on the shared NATS server."""
+    return f"E2E{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -11,10 +12,16 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nats
+import nats.errors
+from nats.aio.msg import Msg
+
+from mailrelay.testing import RecordedRequest
 from tests.mailrelay.servers import S3_ACCESS_KEY, S3_SECRET_KEY
 
 MAILRELAY = Path(sys.executable).with_name("mailrelay")
@@ -141,3 +148,55 @@ def relay_env(**overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAIL_RELAY_")}
     env.update({f"MAIL_RELAY_{k}": v for k, v in overrides.items()})
     return env
+
+
+def send_message(relay: RelayProcess, subject: str) -> tuple[int, bytes]:
+    """One transaction on a fresh connection; the reply to the final dot."""
+    with relay.smtp() as smtp:
+        smtp.ehlo()
+        smtp.mail("alice@example.org")
+        smtp.rcpt(TARGET)
+        return smtp.data(f"From: alice@example.org\r\nSubject: {subject}\r\n\r\nbody of {subject}\r\n".encode())
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll `condition` until it holds or `timeout` seconds passed; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+def subject_of(request: RecordedRequest) -> str:
+    return str(json.loads(request.body)["subject"])
+
+
+def posts_by_delivery_id(requests: list[RecordedRequest]) -> dict[str, list[str]]:
+    """Delivery id -> the subjects of the POSTs that carried it (one entry per POST)."""
+    posts: dict[str, list[str]] = {}
+    for request in requests:
+        posts.setdefault(request.header("X-MailRelay-Delivery-Id") or "", []).append(subject_of(request))
+    return posts
+
+
+def read_dead_letters(url: str, stream: str, count: int, timeout: float = 10.0) -> list[Msg]:
+    """The first `count` dead letters of `stream`, read by a JetStream consumer of the test's own."""
+
+    async def read() -> list[Msg]:
+        nc = await nats.connect(url)
+        try:
+            sub = await nc.jetstream().pull_subscribe(f"{stream}.dead", stream=stream)
+            letters: list[Msg] = []
+            deadline = time.monotonic() + timeout
+            while len(letters) < count and time.monotonic() < deadline:
+                with contextlib.suppress(nats.errors.TimeoutError):
+                    letters += await sub.fetch(count - len(letters), timeout=1)
+            for letter in letters:
+                await letter.ack()
+            return letters
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())

@@ -1,0 +1,252 @@
+"""Queue mode's JetStream side (nats-py): the connection, the stream and the durable consumer all relays share,
+publishing accepted payloads, fetching them for the delivery workers, and the dead-letter subject.
+
+NATS errors end here: callers see QueueUnavailable, or an empty fetch, never a nats-py exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import nats
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
+
+from mailrelay._errors import QueueUnavailable
+
+CONSUMER = "mailrelay"  # the durable pull consumer every relay on the stream shares
+PUBLISH_TIMEOUT_SECS = 5.0  # the SMTP client waits at most this long for the stream's acknowledgement
+CONNECT_TIMEOUT_SECS = 5.0
+START_TIMEOUT_SECS = 15.0  # connecting and setting up stream and consumer at start-up
+RECONNECT_WAIT_SECS = 1.0
+DUPLICATE_WINDOW_SECS = 120.0  # a publish retried with the same Nats-Msg-Id within it is stored once
+HEADER_ROOM = 1024  # bytes kept free under the server's max_payload for the headers of a queued message
+MSG_ID_HEADER = "Nats-Msg-Id"
+DELIVERY_ID_HEADER = "MailRelay-Delivery-Id"
+ACCEPTED_AT_HEADER = "MailRelay-Accepted-At"
+ERROR_HEADER = "MailRelay-Error"
+ATTEMPTS_HEADER = "MailRelay-Attempts"
+
+log = structlog.get_logger("mailrelay.queue")
+
+
+def messages_subject(stream: str) -> str:
+    """Where accepted payloads are published; the shared consumer reads only this subject."""
+    return f"{stream}.messages"
+
+
+def dead_letter_subject(stream: str) -> str:
+    """Where payloads that could not be delivered go, with the last error; kept in the same stream."""
+    return f"{stream}.dead"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedMessage:
+    """One delivery of a queued payload: its bytes, its delivery id, which delivery from the stream this is
+    (1 for the first), when the relay accepted it (Unix seconds), and the acknowledgements.
+
+    `ack`, `nak` and `term` never raise: when the connection is down the server redelivers after the ack wait.
+    """
+
+    body: bytes
+    delivery_id: str
+    number: int
+    accepted_at: float
+    _msg: Msg
+
+    async def ack(self) -> None:
+        await _quietly(self._msg.ack, "ack")
+
+    async def nak(self, delay: float) -> None:
+        await _quietly(lambda: self._msg.nak(delay=delay), "nak")
+
+
+async def _quietly(action: Callable[[], Awaitable[None]], name: str) -> None:
+    try:
+        await action()
+    except nats.errors.Error as exc:
+        log.warning("queue_acknowledgement_failed", action=name, error=type(exc).__name__)
+
+
+class JetStreamQueue:
+    """Implements the Relay's MessageQueue and the workers' Inbox over one NATS connection.
+
+    `open()` connects (reconnecting forever afterwards), creates the stream if it is missing (file storage,
+    work-queue retention: a message leaves the stream once acknowledged; subjects `<stream>.messages` and
+    `<stream>.dead`) and creates or updates the durable consumer `mailrelay` (explicit ack, `ack_wait`, unlimited
+    deliveries: the workers count attempts themselves so that the last error reaches the dead-letter subject).
+    """
+
+    def __init__(self, *, servers: list[str], stream: str, ack_wait: float, shown_url: str) -> None:
+        self.servers = servers
+        self.stream = stream
+        self.ack_wait = ack_wait
+        self.shown_url = shown_url
+        self.subject = messages_subject(stream)
+        self.dead_subject = dead_letter_subject(stream)
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._pull: JetStreamContext.PullSubscription | None = None
+        self._closing = False
+
+    async def open(self) -> None:
+        """Connect and set up stream and consumer; QueueUnavailable when that fails within START_TIMEOUT_SECS."""
+        try:
+            async with asyncio.timeout(START_TIMEOUT_SECS):
+                self._nc = await nats.connect(
+                    servers=self.servers,
+                    name="mailrelay",
+                    connect_timeout=CONNECT_TIMEOUT_SECS,
+                    reconnect_time_wait=RECONNECT_WAIT_SECS,
+                    max_reconnect_attempts=-1,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnected,
+                    reconnected_cb=self._on_reconnected,
+                )
+                self._js = self._nc.jetstream(timeout=PUBLISH_TIMEOUT_SECS)
+                await self._ensure_stream(self._js)
+                await self._js.add_consumer(
+                    self.stream,
+                    ConsumerConfig(
+                        name=CONSUMER,
+                        durable_name=CONSUMER,
+                        filter_subject=self.subject,
+                        ack_policy=AckPolicy.EXPLICIT,
+                        deliver_policy=DeliverPolicy.ALL,
+                        ack_wait=self.ack_wait,
+                        max_deliver=-1,
+                    ),
+                )
+                self._pull = await self._js.pull_subscribe_bind(CONSUMER, stream=self.stream)
+        except QueueUnavailable:
+            await self.close()
+            raise
+        except (TimeoutError, OSError, nats.errors.Error) as exc:
+            await self.close()
+            raise QueueUnavailable(_reason(exc)) from None
+
+    async def _ensure_stream(self, js: JetStreamContext) -> None:
+        try:
+            info = await js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            await js.add_stream(
+                StreamConfig(
+                    name=self.stream,
+                    subjects=[self.subject, self.dead_subject],
+                    retention=RetentionPolicy.WORK_QUEUE,
+                    storage=StorageType.FILE,
+                    duplicate_window=DUPLICATE_WINDOW_SECS,
+                )
+            )
+            log.info("queue_stream_created", stream=self.stream, subjects=[self.subject, self.dead_subject])
+            return
+        missing = {self.subject, self.dead_subject} - set(info.config.subjects or ())
+        if missing:
+            raise QueueUnavailable(f"stream {self.stream} exists but does not capture {', '.join(sorted(missing))}")
+
+    def fits(self, size: int) -> bool:
+        """Whether a payload of `size` bytes fits the server's max_payload (1 MB unless the server raised it)."""
+        return self._nc is not None and size + HEADER_ROOM <= self._nc.max_payload
+
+    async def enqueue(self, body: bytes, *, delivery_id: str) -> None:
+        """Publish and wait for the stream's acknowledgement: stored (on disk, with file storage) when this returns."""
+        headers = {
+            MSG_ID_HEADER: delivery_id,
+            DELIVERY_ID_HEADER: delivery_id,
+            ACCEPTED_AT_HEADER: f"{time.time():.3f}",
+        }
+        await self._publish(self.subject, body, headers)
+
+    async def dead_letter(self, message: QueuedMessage, *, error: str, attempts: int) -> None:
+        """Store `message` under the dead-letter subject with the last error; QueueUnavailable when not stored."""
+        headers = {
+            MSG_ID_HEADER: f"{message.delivery_id}.dead",
+            DELIVERY_ID_HEADER: message.delivery_id,
+            ACCEPTED_AT_HEADER: f"{message.accepted_at:.3f}",
+            ERROR_HEADER: error,
+            ATTEMPTS_HEADER: str(attempts),
+        }
+        await self._publish(self.dead_subject, message.body, headers)
+
+    async def _publish(self, subject: str, body: bytes, headers: dict[str, str]) -> None:
+        nc, js = self._nc, self._js
+        if nc is None or js is None or not nc.is_connected:
+            # While reconnecting nats-py would buffer the publish and send it later, after the SMTP client was
+            # told 451: refuse at once instead, so a 451 almost never comes with a stored message.
+            raise QueueUnavailable("not connected to NATS")
+        try:
+            await js.publish(subject, body, timeout=PUBLISH_TIMEOUT_SECS, stream=self.stream, headers=headers)
+        except (TimeoutError, OSError, nats.errors.Error) as exc:
+            raise QueueUnavailable(_reason(exc)) from None
+
+    async def fetch(self, batch: int, *, wait: float) -> list[QueuedMessage]:
+        """Up to `batch` deliveries, waiting at most `wait` seconds for the first; [] on timeout or NATS trouble."""
+        if self._pull is None:  # closed: shutting down
+            await asyncio.sleep(wait)
+            return []
+        try:
+            messages = await self._pull.fetch(batch, timeout=wait)
+        except (TimeoutError, nats.errors.TimeoutError):
+            return []
+        except (OSError, nats.errors.Error) as exc:
+            log.debug("queue_fetch_failed", error=type(exc).__name__)
+            await asyncio.sleep(RECONNECT_WAIT_SECS)
+            return []
+        return [queued for queued in map(_queued, messages) if queued is not None]
+
+    async def close(self) -> None:
+        self._closing = True
+        nc, self._nc, self._js, self._pull = self._nc, None, None, None
+        if nc is not None and not nc.is_closed:
+            with contextlib.suppress(OSError, nats.errors.Error):
+                await nc.close()
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.debug("queue_connection_error", error=type(exc).__name__)
+
+    async def _on_disconnected(self) -> None:
+        if not self._closing:
+            log.warning("queue_disconnected", nats=self.shown_url)
+
+    async def _on_reconnected(self) -> None:
+        log.info("queue_reconnected", nats=self.shown_url)
+
+
+def _queued(msg: Msg) -> QueuedMessage | None:
+    headers = msg.headers or {}
+    try:
+        metadata = msg.metadata
+    except nats.errors.Error:
+        return None
+    delivery_id = headers.get(DELIVERY_ID_HEADER) or f"seq-{metadata.sequence.stream}"
+    try:
+        accepted_at = float(headers.get(ACCEPTED_AT_HEADER, ""))
+    except ValueError:
+        accepted_at = metadata.timestamp.timestamp()
+    return QueuedMessage(
+        body=msg.data,
+        delivery_id=delivery_id,
+        number=metadata.num_delivered,
+        accepted_at=accepted_at,
+        _msg=msg,
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    """Why the queue failed, short and without the URL (nats-py messages can carry the server address)."""
+    if isinstance(exc, TimeoutError | nats.errors.TimeoutError):
+        return "no acknowledgement in time"
+    if isinstance(exc, nats.js.errors.NoStreamResponseError):
+        return "no stream answered"
+    if isinstance(exc, nats.js.errors.APIError):
+        return f"JetStream error {exc.err_code or exc.code}"
+    return type(exc).__name__

@@ -1,0 +1,142 @@
+"""Queue mode's delivery workers: take payloads from the shared consumer, POST each once, then ack, nak or
+dead-letter it as `_redelivery.decide` says. Every relay on the stream runs them; the consumer spreads the work."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import structlog
+
+from bastion_core import BreakerState, CircuitBreaker
+from mailrelay._delivery import WebhookClient
+from mailrelay._errors import QueueUnavailable
+from mailrelay._queue import QueuedMessage
+from mailrelay._redelivery import Action, RedeliveryRules, decide
+
+FETCH_WAIT_SECS = 5.0  # one long poll of the consumer; messages that arrive meanwhile come at once
+CIRCUIT_PAUSE_SECS = 1.0  # while the breaker is open nothing is fetched (no delivery is spent); checked this often
+
+log = structlog.get_logger("mailrelay.workers")
+
+
+class Inbox(Protocol):
+    """The workers' side of the queue (`_queue.JetStreamQueue`)."""
+
+    async def fetch(self, batch: int, *, wait: float) -> list[QueuedMessage]: ...
+
+    async def dead_letter(self, message: QueuedMessage, *, error: str, attempts: int) -> None: ...
+
+
+class DeliveryWorkers:
+    """Up to `concurrency` deliveries at once from `inbox`, each one POST through `webhook` (and so through its
+    breaker). Fetches only as many messages as it has free slots, so none waits in this process while its ack
+    wait runs. `run()` until `stop(grace)`: then fetching stops, deliveries under way get `grace` seconds, and what
+    is left unacknowledged is redelivered by the stream after its ack wait (to this relay or another).
+    """
+
+    def __init__(
+        self,
+        *,
+        inbox: Inbox,
+        webhook: WebhookClient,
+        rules: RedeliveryRules,
+        concurrency: int,
+        breaker: CircuitBreaker | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        random: Callable[[], float] = random.random,
+    ) -> None:
+        self.inbox = inbox
+        self.webhook = webhook
+        self.rules = rules
+        self.concurrency = concurrency
+        self.breaker = breaker
+        self._wall_clock = wall_clock
+        self._random = random
+        self._running: set[asyncio.Task[None]] = set()
+        self._slot_freed = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.create_task(self.run(), name="mailrelay-delivery-workers")
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._fetch_round()
+            except Exception:  # a bug must not stop this relay's deliveries for good
+                log.exception("delivery_workers_failed")
+                await asyncio.sleep(CIRCUIT_PAUSE_SECS)
+
+    async def _fetch_round(self) -> None:
+        if self.breaker is not None and self.breaker.state is BreakerState.OPEN:
+            await asyncio.sleep(min(CIRCUIT_PAUSE_SECS, max(self.breaker.retry_after(), 0.01)))
+            return
+        free = self.concurrency - len(self._running)
+        if free <= 0:
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+            return
+        for message in await self.inbox.fetch(free, wait=FETCH_WAIT_SECS):
+            task = asyncio.create_task(self.deliver(message))
+            self._running.add(task)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._slot_freed.set()
+
+    async def deliver(self, message: QueuedMessage) -> None:
+        """One attempt for one message, then its acknowledgement; never raises (a bug costs a redelivery)."""
+        try:
+            await self._deliver(message)
+        except Exception:
+            log.exception("queued_delivery_failed", delivery_id=message.delivery_id)
+
+    async def _deliver(self, message: QueuedMessage) -> None:
+        attempt = await self.webhook.attempt(message.body, delivery_id=message.delivery_id)
+        now = self._wall_clock()
+        decision = decide(
+            attempt,
+            number=message.number,
+            age=now - message.accepted_at,
+            rules=self.rules,
+            now=now,
+            # at least a pause: Half-Open refuses all but its test attempts with nothing to wait for
+            circuit_wait=max(self.breaker.retry_after() if self.breaker is not None else 0.0, CIRCUIT_PAUSE_SECS),
+            random=self._random,
+        )
+        bound = log.bind(delivery_id=message.delivery_id, attempt=message.number)
+        if decision.action is Action.ACK:
+            await message.ack()
+            bound.info("message_relayed", outcome="delivered", status=attempt.status, mode="queue")
+            return
+        if decision.action is Action.RETRY:
+            await message.nak(decision.delay)
+            bound.info("webhook_retry_scheduled", problem=decision.error, wait=round(decision.delay, 3))
+            return
+        error = decision.error or attempt.problem
+        try:
+            await self.inbox.dead_letter(message, error=error, attempts=message.number)
+        except QueueUnavailable as exc:
+            # Not stored as a dead letter: keep the message in the queue and try again later.
+            await message.nak(self.rules.backoff_cap)
+            bound.warning("dead_letter_failed", error=error, reason=exc.reason)
+            return
+        await message.ack()
+        bound.warning("message_dead_lettered", error=error, status=attempt.status)
+
+    async def stop(self, grace: float) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            await asyncio.gather(self._loop, return_exceptions=True)
+            self._loop = None
+        if self._running:
+            _done, pending = await asyncio.wait(set(self._running), timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
