@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from bastion_core import MASK, ConfigError, mask_url
+from bastion_core import ConfigError, mask_url
 
 PREFIX = "MAIL_RELAY_"
 ENV_FILE = ".env"
@@ -66,7 +66,6 @@ _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
 _SECRETS = frozenset({PREFIX + "WEBHOOK_SIGNING_SECRET"})
 _STREAM_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a stream name is also a subject token here
 _NATS_SCHEMES = ("nats", "tls", "ws", "wss")
-_URL_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@]*)@")
 
 LogFormat = Literal["auto", "json", "console"]  # as Bastion's service.log_format
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
@@ -367,15 +366,9 @@ def _queue_attempts(raw: str) -> int:
 
 
 def mask_nats_url(url: str) -> str:
-    """NATS URLs as shown in errors and logs: a password, a query and a token (``nats://TOKEN@host``, userinfo
-    without a colon) become ``***``. Comma-separated cluster lists are masked one by one."""
-    masked = []
-    for part in url.split(","):
-        match = _URL_USERINFO.match(part.strip())
-        if match is not None and ":" not in match["userinfo"]:
-            part = f"{match['scheme']}{MASK}@{part.strip()[match.end() :]}"
-        masked.append(mask_url(part))
-    return ",".join(masked)
+    """NATS URLs as shown in errors and logs: a password, a token (``nats://TOKEN@host``) and a query become
+    ``***``; comma-separated cluster lists are masked one by one."""
+    return mask_url(url, cluster=True)
 
 
 Port = Annotated[int, _env(_port)]

@@ -15,6 +15,7 @@ from bastion_core import mask_url
         pytest.param("https://host/hook", "https://host/hook", id="nothing-secret"),
         pytest.param("https://h/x?a=1,2&token=s3cret", "https://h/x?***", id="comma-in-query"),
         pytest.param("nats://app:pa,ss@h:4222", "nats://app:***@h:4222", id="comma-in-password"),
+        pytest.param("nats://s3cret-token@h:4222", "nats://***@h:4222", id="token-only-userinfo"),
         pytest.param("not a url", "not a url", id="not-a-url"),
     ],
 )
@@ -23,5 +24,7 @@ def test_one_url(url: str, shown: str) -> None:
 
 
 def test_cluster_urls_are_masked_one_by_one() -> None:
-    cluster = "nats://a:one@h1:4222,tls://b:two@h2:4222,nats://h3:4222"
-    assert mask_url(cluster, cluster=True) == "nats://a:***@h1:4222,tls://b:***@h2:4222,nats://h3:4222"
+    cluster = "nats://a:one@h1:4222,tls://b:two@h2:4222,nats://h3:4222,nats://tok@h4:4222"
+    assert mask_url(cluster, cluster=True) == (
+        "nats://a:***@h1:4222,tls://b:***@h2:4222,nats://h3:4222,nats://***@h4:4222"
+    )
