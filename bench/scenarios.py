@@ -217,6 +217,19 @@ def bastion_secured(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
     return _bastion(ws, env, secured=True)
 
 
+def bastion_secured_logged(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    """``bastion-secured`` with the access log on (one JSON line per request to the row's log file)."""
+    env = {
+        "SERVICE_TOKEN_ENABLED": "true",
+        "SERVICE_POLICY_ENABLED": "true",
+        "SERVICE_TOKEN_REVOCATION_ENABLED": "false",
+        "SERVICE_MIDDLEWARE_ACCESS_LOG_ENABLED": "true",
+        "SERVICE_LOG_LEVEL": "info",
+        **LIMITS_NEVER_TRIP,
+    }
+    return _bastion(ws, env, secured=True)
+
+
 @contextlib.contextmanager
 def bastion_secured_distributed(ws: Workspace) -> Iterator[Target]:
     if not RATELIMIT_DOC.exists():
@@ -430,6 +443,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="peer-stack", kind="http", start=peer_stack, ceiling="raw"),
     Scenario(name="bastion-open", kind="http", start=bastion_open, ceiling="raw"),
     Scenario(name="bastion-secured", kind="http", start=bastion_secured, ceiling="raw"),
+    Scenario(name="bastion-secured access-log", kind="http", start=bastion_secured_logged, ceiling="bastion-secured"),
     Scenario(name="bastion-secured-distributed", kind="http", start=bastion_secured_distributed, ceiling="raw"),
     Scenario(name="grpclib-bare", kind="grpc", start=grpc_bare),
     Scenario(name="grpc-secured", kind="grpc", start=grpc_secured, ceiling="grpclib-bare"),

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from bastion import BastionApp, Service, Settings, load_settings
 from bastion_core.testing import free_port
@@ -52,6 +55,34 @@ async def running(app: BastionApp) -> AsyncIterator[BastionApp]:
     finally:
         await inbox.put({"type": "lifespan.shutdown"})
         await task
+
+
+def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus text parsed (prometheus-client's parser): ``{(sample name, sorted labels): value}``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric_series(
+    samples: Mapping[tuple[str, tuple[tuple[str, str], ...]], float], name: str, *labels: str
+) -> dict[tuple[str, ...], float]:
+    """The samples called ``name`` as ``{(their values of labels, in that order): value}``.
+
+    AssertionError when a sample has any other set of labels than ``labels``: the label set is part of the
+    contract, and no two series may collapse into one key here."""
+    found: dict[tuple[str, ...], float] = {}
+    for (sample, pairs), value in samples.items():
+        if sample != name:
+            continue
+        given = dict(pairs)
+        assert sorted(given) == sorted(labels), f"{name} has the labels {sorted(given)}, expected {sorted(labels)}"
+        found[tuple(given[label] for label in labels)] = value
+    return found
 
 
 class BastionProcess:
@@ -199,3 +230,17 @@ def own_nats_server(tmp_path: Path) -> Iterator[NatsServer]:
 def dead_redis_url() -> str:
     """A redis:// URL where nothing listens (a cache-store outage)."""
     return f"redis://127.0.0.1:{free_port()}/0"
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    """Where the spans of ``provider`` end up (``exporter.get_finished_spans()``)."""
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> TracerProvider:
+    """A tracer provider exporting to ``exporter`` at once: ``service.build(settings, tracer_provider=provider)``."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider

@@ -15,16 +15,16 @@ from typing import Any
 import structlog
 from fastapi import APIRouter
 from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
-from opentelemetry.metrics import MeterProvider
 from starlette.datastructures import State
 from starlette.routing import BaseRoute
 
 from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
+from bastion._metrics import Metrics, serve_metrics
 from bastion._parts import SECURITY_SLOTS, ServiceParts, Slot
 from bastion._pipeline import Step, assemble, grpc_steps, pipeline
 from bastion._responses import send_json
 from bastion._security import Posture, Security
-from bastion._telemetry import get_meter, version_counter
+from bastion._tracing import Tracing
 from bastion.auth._routes import revoke_token_route
 from bastion.broker._audit_sink import BrokerAuditSink
 from bastion.broker._broker import Broker
@@ -49,7 +49,7 @@ log = structlog.get_logger("bastion.app")
 class BastionApp:
     """The built ASGI application: the pipeline's steps over the dispatcher, plus lifespan hooks."""
 
-    def __init__(self, parts: ServiceParts, settings: Settings, *, meter_provider: MeterProvider | None = None) -> None:
+    def __init__(self, parts: ServiceParts, settings: Settings, *, tracer_provider: Any = None) -> None:
         parts.api.validate()
         self.parts = parts
         self.settings = settings
@@ -57,9 +57,15 @@ class BastionApp:
         self.name = settings.service.name or parts.name or DEFAULT_SERVICE_NAME
         self.version = settings.service.version or parts.version or DEFAULT_SERVICE_VERSION
         self.base_path = parts.api.base_path if parts.api.base_path is not None else settings.service.base_path
+        self.metrics = Metrics(enabled=settings.metrics.enabled)
+        self.tracing = Tracing.from_settings(
+            settings.tracing, service=self.name, version=self.version, provider=tracer_provider
+        )
+        self.tracer = self.tracing.tracer if self.tracing is not None else None
+        self.metrics.traced = self.tracer is not None  # the steps' outcomes also go on the request's span
         # Token auth, policy, rate limiting: built and checked the way `bastion check-config` checks them.
         self.security = Security.from_settings(
-            settings, realm=self.name, normalizer=parts.normalizer, extractors=parts.extractors
+            settings, realm=self.name, normalizer=parts.normalizer, extractors=parts.extractors, metrics=self.metrics
         )
         self.cache_store = self.security.cache_store
         self.revocations = self.security.revocations
@@ -67,7 +73,7 @@ class BastionApp:
         self.policy = self.security.policy
         self.token_auth = self.security.token_auth
         self.rate_limiting = self.security.rate_limiting
-        self.resilience = layers_from(parts.resilience, settings.middleware.resilience)
+        self.resilience = layers_from(parts.resilience, settings.middleware.resilience, metrics=self.metrics)
         self._check_grpc_layers()
         self._watcher: asyncio.Task[None] | None = None
         self.grpc: Any = None  # bastion.grpc._server.GrpcServer once started
@@ -114,8 +120,12 @@ class BastionApp:
         if parts.reload_route is not None:
             path, admin_role = parts.reload_route
             operator_routes.append(reload_policy_route(self.reload_everywhere, path=path, admin_role=admin_role))
+        builtins: dict[str, ASGIApp] = {HEALTH_PATH: self.health.health, READY_PATH: self.health.ready}
+        metrics_settings = settings.metrics
+        if metrics_settings.enabled and not metrics_settings.public and metrics_settings.port is None:
+            builtins[metrics_settings.path] = self._metrics_endpoint  # behind token auth and policy
         dispatcher = Dispatcher(
-            builtins={HEALTH_PATH: self.health.health, READY_PATH: self.health.ready},
+            builtins=builtins,
             table=self.routes,
             versioned=AsyncExitStackMiddleware(self.router),  # FastAPI routes expect its exit stack in scope
             frontend=[*operator_routes, *parts.frontend],
@@ -127,7 +137,9 @@ class BastionApp:
             routes=self.routes,
             api=parts.api,
             base_path=self.base_path,
-            version_counter=version_counter(get_meter(meter_provider)) if settings.metrics.enabled else None,
+            metrics=self.metrics,
+            tracer=self.tracer,
+            builtin_paths=frozenset(builtins),
             token_auth=self.token_auth,
             rate_limit=self.rate_limiting,
             policy=self.policy,
@@ -156,7 +168,7 @@ class BastionApp:
         plan = dataclasses.replace(
             declared, streams=tuple(streams), subscribers=(*declared.subscribers, self.cluster.subscriber())
         )
-        self.broker = Broker(settings, plan, service=self.name)
+        self.broker = Broker(settings, plan, service=self.name, metrics=self.metrics, tracer=self.tracer)
         self.cluster.broker = self.broker
         if self.auditor.enabled:
             audit = self.settings.audit
@@ -221,6 +233,9 @@ class BastionApp:
         if self.broker is not None:
             await self.broker.stop()
         await self.cache_store.close()
+        self.metrics.close()
+        if self.tracing is not None:
+            self.tracing.shutdown()
 
     async def revoke(self, jti: str, reason: str, expires_at: float | datetime) -> None:
         """Revoke the token ``jti`` until ``expires_at`` (its ``exp``): ``jwt:revoked:{jti}`` in the cache store,
@@ -238,6 +253,9 @@ class BastionApp:
             await self.revocations.revoke(jti, reason, expires_at)
         if self.token_auth is not None:
             self.token_auth.tokens.forget(jti)
+
+    async def _metrics_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await serve_metrics(self.metrics, scope, receive, send)
 
     def _openapi_handler(self, number: int) -> ASGIApp:
         async def openapi(scope: Scope, receive: Receive, send: Send) -> None:
@@ -258,6 +276,8 @@ class BastionApp:
             steps=grpc_steps(self.steps),
             max_message_size=settings.grpc.max_message_size,
             extractors=self.parts.grpc_extractors,
+            metrics=self.metrics,
+            tracer=self.tracer,
         )
 
         async def ready() -> bool:

@@ -5,10 +5,11 @@ steps that carry a gRPC check (token auth, rate limit, policy, resilience), in t
 is switched off is simply not in the list: there is no other way to turn a layer off.
 
     request_id          x-request-id kept if sane, else generated; on every response and log line
+    observe             request metrics, the server span, the access log line, the public /metrics
+                        endpoint ([metrics], [tracing], [middleware.access_log])
     panic_recovery      an exception escaping the outer steps -> logged 500 in the error shape
     security_headers    nosniff, frame denial, referrer policy, HSTS over TLS        ([middleware.security_headers])
     cors                preflights answered here, never reach auth                    (on when origins are set)
-    access_log          one line per request, sensitive headers masked                ([middleware.access_log])
     error_rendering     errors raised further in -> {"error","code","status"}
     path_normalization  merge //, resolve ./.. once: every later step sees one path
     timeout             504 when the handler is too slow
@@ -31,15 +32,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
-from opentelemetry.metrics import Counter
-
+from bastion._metrics import Metrics
 from bastion._parts import GrpcFinish, GrpcHook, Layer, Slot, SlotUse
+from bastion._tracing import Tracer
 from bastion.config import Settings
-from bastion.middleware._access_log import AccessLogMiddleware
 from bastion.middleware._compression import CompressionMiddleware
 from bastion.middleware._cors import CorsMiddleware, cors_enabled
 from bastion.middleware._errors import ErrorRenderingMiddleware, PanicRecoveryMiddleware
 from bastion.middleware._limits import BodyLimitMiddleware, TimeoutMiddleware
+from bastion.middleware._observe import ObserveMiddleware
 from bastion.middleware._request_id import RequestIdMiddleware
 from bastion.middleware._security_headers import SecurityHeadersMiddleware
 from bastion.routing._deprecation_middleware import DeprecationMiddleware
@@ -86,25 +87,39 @@ def pipeline(
     routes: RouteTable,
     api: VersionedApi,
     base_path: str,
-    version_counter: Counter | None,
+    metrics: Metrics,
+    tracer: Tracer | None = None,
     token_auth: Capability | None,
     rate_limit: Capability | None,
     policy: Capability | None,
     resilience: Sequence[tuple[str, Capability]] = (),
     operator: Mapping[Slot, Sequence[SlotUse]],
+    builtin_paths: frozenset[str] = frozenset(),
 ) -> list[Step]:
     """The steps for these settings, outermost first (the order in the module docstring)."""
     middleware = settings.middleware
     listed: list[Step | None] = [
         Step("request_id", RequestIdMiddleware),
+        Step(
+            "observe",
+            partial(
+                ObserveMiddleware,
+                access_log=middleware.access_log,
+                metrics=metrics,
+                metrics_path=settings.metrics.path
+                if settings.metrics.public and settings.metrics.port is None
+                else None,
+                builtin_paths=builtin_paths,
+                tracer=tracer,
+            ),
+        )
+        if metrics.enabled or middleware.access_log.enabled or tracer is not None
+        else None,
         Step("panic_recovery", PanicRecoveryMiddleware),
         Step("security_headers", partial(SecurityHeadersMiddleware, settings=middleware.security_headers))
         if middleware.security_headers.enabled
         else None,
         Step("cors", partial(CorsMiddleware, settings=middleware.cors)) if cors_enabled(middleware.cors) else None,
-        Step("access_log", partial(AccessLogMiddleware, settings=middleware.access_log))
-        if middleware.access_log.enabled
-        else None,
         Step("error_rendering", ErrorRenderingMiddleware),
         Step("path_normalization", PathNormalizationMiddleware),
         Step("timeout", partial(TimeoutMiddleware, timeout_secs=middleware.timeout_secs)),
@@ -112,7 +127,7 @@ def pipeline(
         Step("compression", partial(CompressionMiddleware, settings=middleware.compression))
         if middleware.compression.enabled
         else None,
-        Step("deprecation", partial(DeprecationMiddleware, api=api, base_path=base_path, counter=version_counter)),
+        Step("deprecation", partial(DeprecationMiddleware, api=api, base_path=base_path, metrics=metrics)),
         Step("route_resolution", partial(RouteResolutionMiddleware, table=routes)),
         *_slot(Slot.TOKEN_AUTH, token_auth, operator),
         *_slot(Slot.RATE_LIMIT, rate_limit, operator),

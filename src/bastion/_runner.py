@@ -7,10 +7,14 @@ re-reads the app and the config.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -19,6 +23,7 @@ from uvicorn.config import Config
 
 from bastion._app import BastionApp
 from bastion._listener import ListenerConfig, ListenerLimits, SniffingProtocol, WebSocketProtocol
+from bastion._metrics import MULTIPROC_ENV, MetricsListener, multiprocess_exposition
 from bastion._service import Service
 from bastion._telemetry import configure_logging
 from bastion.config import Settings, load_settings
@@ -120,19 +125,60 @@ def serve(
     host = host if host is not None else settings.service.host
     port = port if port is not None else settings.service.port
     workers = workers or settings.service.workers
+    if settings.metrics.enabled and settings.metrics.port == port:
+        raise ConfigError(f"metrics.port {port} is the port the service listens on: choose another metrics.port")
     if workers > 1:
         os.environ.update({ENV_APP: reference, ENV_APP_DIR: os.path.abspath(app_dir)})
         if config_path:
             os.environ[ENV_CONFIG] = os.path.abspath(config_path)
-        build(reference, settings, app_dir=app_dir)  # fail in the parent, before binding, on a bad app
-        config = uvicorn_config(
-            "bastion._runner:_worker_app", settings, host=host, port=port, workers=workers, factory=True
-        )
-        from uvicorn.supervisors import Multiprocess
+        with _multiprocess_metrics(settings) as expose:
+            build(reference, settings, app_dir=app_dir)  # fail in the parent, before binding, on a bad app
+            config = uvicorn_config(
+                "bastion._runner:_worker_app", settings, host=host, port=port, workers=workers, factory=True
+            )
+            from uvicorn.supervisors import Multiprocess
 
-        Multiprocess(config, sockets=[config.bind_socket()]).run()
+            with _metrics_listener(settings, host, expose):
+                Multiprocess(config, sockets=[config.bind_socket()]).run()
         return 0
     app = build(reference, settings, app_dir=app_dir)
     server = _Server(uvicorn_config(app, settings, host=host, port=port))
-    server.run()
+    with _metrics_listener(settings, host, app.metrics.exposition):
+        server.run()
     return 0 if server.started else 1
+
+
+@contextlib.contextmanager
+def _multiprocess_metrics(settings: Settings) -> Iterator[Callable[[], bytes]]:
+    """``--workers N``: the workers record into files of one directory, merged by every scrape (a worker's on the
+    main port, the supervisor's on ``metrics.port``). ``PROMETHEUS_MULTIPROC_DIR`` when set (prometheus-client's
+    own variable; empty it between runs), else a fresh directory removed at exit."""
+    given = os.environ.get(MULTIPROC_ENV)
+    if given or not settings.metrics.enabled:
+        yield multiprocess_exposition(given or "")
+        return
+    path = tempfile.mkdtemp(prefix="bastion-metrics-")
+    os.environ[MULTIPROC_ENV] = path  # before the workers start: they read it when they import prometheus-client
+    try:
+        yield multiprocess_exposition(path)
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _metrics_listener(settings: Settings, host: str, expose: Callable[[], bytes]) -> Iterator[None]:
+    """``metrics.port``: the exposition on its own port of ``host`` while the server runs."""
+    port = settings.metrics.port
+    if port is None or not settings.metrics.enabled:
+        yield
+        return
+    listener = MetricsListener(expose, path=settings.metrics.path)
+    try:
+        listener.start(host, port)
+    except OSError as exc:
+        raise ConfigError(f"metrics.port {port} on {host} cannot be opened ({exc.strerror or exc})") from None
+    try:
+        yield
+    finally:
+        listener.stop()

@@ -17,6 +17,7 @@ import structlog
 
 from bastion._audit import Auditor
 from bastion._cache_store import CacheStore, cache_store_from_settings
+from bastion._metrics import NO_METRICS, Metrics
 from bastion.auth._revocation import Revocations
 from bastion.auth._token_auth import TokenAuth
 from bastion.config import ServiceSettings, Settings, read_file
@@ -96,6 +97,7 @@ class Security:
         realm: str,
         normalizer: Normalizer | None = None,
         extractors: Mapping[str, ResourceExtractor] | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> Security:
         """Build token auth, policy and rate limiting from ``settings``; refuse what would leave the door open.
 
@@ -113,7 +115,11 @@ class Security:
         cache_store = cache_store_from_settings(settings.cache_store)
         revocations = Revocations(cache_store)
         auditor = Auditor(settings.audit)
-        token_auth = TokenAuth(settings.token, revocations=revocations, realm=realm) if settings.token.active else None
+        token_auth = (
+            TokenAuth(settings.token, revocations=revocations, realm=realm, metrics=metrics)
+            if settings.token.active
+            else None
+        )
         policy = (
             PolicyAuthorizer(
                 settings.policy,
@@ -122,11 +128,14 @@ class Security:
                 normalizer=normalizer,
                 extractors=extractors,
                 cache_store=cache_store,
+                metrics=metrics,
             )
             if settings.policy.active
             else None
         )
-        rate_limiting = built_in_rate_limiting(settings.rate_limit, cache_store=cache_store, auditor=auditor)
+        rate_limiting = built_in_rate_limiting(
+            settings.rate_limit, cache_store=cache_store, auditor=auditor, metrics=metrics
+        )
         if rate_limiting is None:
             RuleSet.from_settings(settings.rate_limit)  # route patterns are checked whoever wires the limiter
         return cls(

@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from opentelemetry.metrics import MeterProvider
 from starlette.routing import BaseRoute
 
 from bastion._health import Check, ReadinessCheck
@@ -333,15 +332,17 @@ class Service:
         self._shutdown.append(hook)
         return hook
 
-    def build(self, settings: Settings | None = None, *, meter_provider: MeterProvider | None = None) -> BastionApp:
+    def build(self, settings: Settings | None = None, *, tracer_provider: Any = None) -> BastionApp:
         """The ASGI application for ``settings`` (embedded defaults when ``None``).
 
+        ``tracer_provider``: an OpenTelemetry SDK ``TracerProvider`` to trace into (an in-memory exporter in
+        tests, or one the application set up itself); it turns tracing on whatever ``[tracing]`` says.
         May be called again (with other settings); registering more after the first call raises ConfigError.
         """
         from bastion._app import BastionApp
 
         self._built = True
-        return BastionApp(self.parts(), settings or load_settings(environ={}), meter_provider=meter_provider)
+        return BastionApp(self.parts(), settings or load_settings(environ={}), tracer_provider=tracer_provider)
 
     def parts(self) -> ServiceParts:
         """A frozen snapshot of everything registered (what the app is built from)."""

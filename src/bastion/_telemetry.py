@@ -1,16 +1,10 @@
-"""Logging set-up for the ``bastion`` process and the OpenTelemetry meter Bastion records into."""
+"""Logging set-up for the ``bastion`` process."""
 
 from __future__ import annotations
 
 import logging
 
-from opentelemetry import metrics
-from opentelemetry.metrics import Counter, Meter, MeterProvider
-
 from bastion_core import configure_logging as core_configure_logging
-
-METER_NAME = "bastion"
-VERSION_REQUESTS = "api.version.requests"
 
 
 def configure_logging(level: str = "info", fmt: str = "auto") -> None:
@@ -22,15 +16,3 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").disabled = True
-
-
-def get_meter(provider: MeterProvider | None = None) -> Meter:
-    """Bastion's meter from ``provider``, or from the global provider the operator configured."""
-    if provider is not None:
-        return provider.get_meter(METER_NAME)
-    return metrics.get_meter(METER_NAME)
-
-
-def version_counter(meter: Meter) -> Counter:
-    """The ``api.version.requests`` counter (attributes: version, deprecated, replacement_version)."""
-    return meter.create_counter(VERSION_REQUESTS, unit="{request}", description="Requests per API version")

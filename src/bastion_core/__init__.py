@@ -15,7 +15,7 @@ from bastion_core._bulkhead import Bulkhead, BulkheadFullError, BulkheadSnapshot
 from bastion_core._clock import Clock
 from bastion_core._errors import ConfigError
 from bastion_core._guard import Call, Guard, ResilientTransport
-from bastion_core._logging import UNKNOWN_VARIABLE_EVENT, configure_logging
+from bastion_core._logging import UNKNOWN_VARIABLE_EVENT, configure_logging, log_event
 from bastion_core._redact import MASK, mask_url
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "Ticket",
     "backoff_delay",
     "configure_logging",
+    "log_event",
     "mask_url",
     "parse_retry_after",
     "retry_wait",

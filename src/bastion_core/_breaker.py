@@ -129,6 +129,15 @@ class CircuitBreaker:
         return self._state
 
     @property
+    def observed_state(self) -> BreakerState:
+        """The state ``state`` would report, without making the Open -> Half-Open transition itself: safe to read
+        from another thread (a metrics scrape)."""
+        state = self._state
+        if state is BreakerState.OPEN and self._clock() - self._opened_at >= self.wait_secs:
+            return BreakerState.HALF_OPEN
+        return state
+
+    @property
     def failure_rate(self) -> float:
         """Failures over the outcomes in the window (0.0 while it is empty)."""
         return self._failures / len(self._window) if self._window else 0.0

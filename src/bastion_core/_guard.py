@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
 import httpx
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from bastion_core._breaker import CircuitBreaker
 from bastion_core._bulkhead import Bulkhead
@@ -88,11 +90,16 @@ class Guard:
         return guarded
 
 
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
 class ResilientTransport(httpx.AsyncBaseTransport):
     """An httpx transport that sends every request through a :class:`Guard`; a 5xx response is a failure.
 
     ``httpx.AsyncClient(transport=ResilientTransport(guard))`` (the default transport underneath), or wrap a
-    transport of your own. The response is returned as is: a 5xx still reaches the caller.
+    transport of your own. The response is returned as is: a 5xx still reaches the caller. When tracing is on
+    (a current span exists), the request carries W3C ``traceparent``/``tracestate`` (unless it already has one),
+    so the service it calls continues the trace.
     """
 
     def __init__(self, guard: Guard, transport: httpx.AsyncBaseTransport | None = None) -> None:
@@ -100,6 +107,8 @@ class ResilientTransport(httpx.AsyncBaseTransport):
         self.transport = transport or httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if trace.get_current_span().get_span_context().is_valid and "traceparent" not in request.headers:
+            _PROPAGATOR.inject(request.headers)
         async with self.guard.call() as call:
             response = await self.transport.handle_async_request(request)
             if response.status_code >= 500:

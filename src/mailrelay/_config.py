@@ -411,6 +411,9 @@ class Settings(BaseSettings):
     port: Port = DEFAULT_PORT
     health_bind_address: BindAddress = "0.0.0.0"
     health_port: Port = DEFAULT_HEALTH_PORT
+    # Prometheus metrics (docs/mailrelay.md "Metrics"): unset, nothing listens and nothing is recorded. On the
+    # health endpoint's address, since both are for the operator and not for mail senders.
+    metrics_port: Annotated[int | None, _env(_port)] = None
     header_prefixes: Annotated[tuple[str, ...], _env(_prefix_list)] = Field(
         default=(), validation_alias=PREFIX + "HEADER_PREFIX"
     )
@@ -473,6 +476,20 @@ class Settings(BaseSettings):
             missing = "TLS_KEY" if key is None else "TLS_CERT"
             raise ConfigError.invalid(PREFIX + missing, None, "a PEM path (TLS_CERT and TLS_KEY are set together)")
         return key
+
+    @field_validator("metrics_port")
+    @classmethod
+    def _check_metrics_port(cls, port: int | None, info: ValidationInfo) -> int | None:
+        """A port of its own: the health server shares its address, and SMTP may too (0, a random port, never
+        clashes)."""
+        if not port:
+            return port
+        for variable, taken in (("PORT", info.data.get("port")), ("HEALTH_PORT", info.data.get("health_port"))):
+            if port == taken:
+                raise ConfigError.invalid(
+                    PREFIX + "METRICS_PORT", str(port), f"a TCP port other than {PREFIX}{variable} ({taken})"
+                )
+        return port
 
     @field_validator("webhook_url", mode="before")
     @classmethod

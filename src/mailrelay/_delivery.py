@@ -20,6 +20,7 @@ DELIVERY_ID_HEADER = "X-MailRelay-Delivery-Id"
 RETRYABLE_STATUSES = frozenset({408, 429})
 OFFLOAD_SIGNING_BYTES = 256 * 1024  # HMAC-SHA256 takes ~2 ms per MB: bigger bodies are signed on a worker thread
 BREAKER_OPEN_REASON = "Webhook temporarily unavailable (circuit open), try again later"
+TIMEOUT_PROBLEM = "timeout"  # Attempt.error when no answer came within the attempt's time
 
 log = structlog.get_logger("mailrelay.delivery")
 
@@ -83,6 +84,8 @@ class DeliveryResult:
     status: int | None = None
     posted: bool = True
     """Whether any attempt left the relay (False when the circuit was open before the first one)."""
+    circuit_open: bool = False
+    """The breaker ended the delivery: it refused an attempt (the reason is BREAKER_OPEN_REASON)."""
 
 
 class WebhookTransport(Protocol):
@@ -167,6 +170,7 @@ class WebhookClient:
                     attempts=attempts - 1,
                     reason=BREAKER_OPEN_REASON,
                     posted=attempts > 1,
+                    circuit_open=True,
                 )
             if verdict is Verdict.DELIVERED:
                 log.info("webhook_delivered", delivery_id=delivery_id, status=status, attempts=attempts)

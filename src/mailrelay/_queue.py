@@ -27,6 +27,7 @@ CONSUMER = "mailrelay"  # the durable pull consumer every relay on the stream sh
 PUBLISH_TIMEOUT_SECS = 5.0  # the SMTP client waits at most this long for the stream's acknowledgement
 CONNECT_TIMEOUT_SECS = 5.0
 START_TIMEOUT_SECS = 15.0  # connecting and setting up stream and consumer at start-up
+DEPTH_TIMEOUT_SECS = 2.0  # reading the stream's depth for a metrics scrape (Prometheus gives a scrape 10 s)
 RECONNECT_WAIT_SECS = 1.0
 DUPLICATE_WINDOW_SECS = 120.0  # a publish retried with the same Nats-Msg-Id within it is stored once
 HEADER_ROOM = 1024  # bytes kept free under the server's max_payload for the headers of a queued message
@@ -47,6 +48,15 @@ def messages_subject(stream: str) -> str:
 def dead_letter_subject(stream: str) -> str:
     """Where payloads that could not be delivered go, with the last error; kept in the same stream."""
     return f"{stream}.dead"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDepth:
+    """What the stream holds now, for all relays on it: payloads not yet acknowledged (waiting, being delivered or
+    waiting for a retry) and dead letters not yet consumed."""
+
+    messages: int
+    dead_letters: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,6 +212,24 @@ class JetStreamQueue:
             await asyncio.sleep(RECONNECT_WAIT_SECS)
             return []
         return [queued for queued in map(_queued, messages) if queued is not None]
+
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    async def depth(self) -> QueueDepth:
+        """The stream's per-subject message counts (one JetStream API request); QueueUnavailable when they cannot be
+        read within DEPTH_TIMEOUT_SECS."""
+        nc, js = self._nc, self._js
+        if nc is None or js is None or not nc.is_connected:
+            raise QueueUnavailable("not connected to NATS")
+        try:
+            async with asyncio.timeout(DEPTH_TIMEOUT_SECS):
+                info = await js.stream_info(self.stream, subjects_filter=f"{self.stream}.*")
+        except (TimeoutError, OSError, nats.errors.Error) as exc:
+            raise QueueUnavailable(_reason(exc)) from None
+        counts = info.state.subjects or {}
+        return QueueDepth(messages=counts.get(self.subject, 0), dead_letters=counts.get(self.dead_subject, 0))
 
     async def close(self) -> None:
         self._closing = True

@@ -17,9 +17,10 @@ import structlog
 from bastion_core import BreakerState, CircuitBreaker
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
 from mailrelay._attachments import Attachment, AttachmentSink, InlineSink
-from mailrelay._delivery import BREAKER_OPEN_REASON, DeliveryOutcome, WebhookClient
+from mailrelay._delivery import BREAKER_OPEN_REASON, DeliveryOutcome, DeliveryResult, WebhookClient
 from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcement
 from mailrelay._errors import AttachmentRejected, AttachmentStoreFailed, QueueUnavailable
+from mailrelay._metrics import Delivery, RelayMetrics
 from mailrelay._parsing import MimePart, ParsedMessage, parse_message, scrub
 from mailrelay._payload import build_payload
 from mailrelay._processes import WorkerCrashed, WorkerProcesses
@@ -63,6 +64,9 @@ class Relay:
     With a `queue` (queue mode) every check above still comes first, then the payload is queued instead of
     posted: 250 once the queue stored it, 451 when the queue is unavailable; the breaker does not matter here
     (workers deliver later). A payload too large for the queue is delivered directly, as without a queue.
+
+    With `metrics`, records the delivery outcomes (direct mode), DMARC results, attachments delivered, dropped and
+    failed to store, and refused publishes (the SMTP layer counts the replies themselves).
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class Relay:
         dmarc_enforce: bool = False,
         queue: MessageQueue | None = None,
         processes: WorkerProcesses | None = None,
+        metrics: RelayMetrics | None = None,
         new_delivery_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         random: Callable[[], float] = random.random,
     ) -> None:
@@ -89,6 +94,7 @@ class Relay:
         self.dmarc_enforce = dmarc_enforce
         self.queue = queue
         self.processes = processes
+        self.metrics = metrics
         self.dropped_attachments: collections.Counter[str] = collections.Counter()
         """Attachments the policy left out since start-up, by rule."""
         self._new_delivery_id = new_delivery_id
@@ -109,6 +115,8 @@ class Relay:
         if self.queue is None and self.breaker is not None and self.breaker.state is BreakerState.OPEN:
             # Nothing can be posted for now: say so before parsing, checking or uploading anything.
             bound.warning("message_deferred", reason="circuit_open", retry_in=round(self.breaker.retry_after(), 1))
+            if self.metrics is not None:
+                self.metrics.delivery(Delivery.CIRCUIT_OPEN)
             return r.temporary_failure(BREAKER_OPEN_REASON)
         raw = envelope.content or b""
         try:
@@ -136,6 +144,8 @@ class Relay:
             verdict = await self.dmarc.evaluate(
                 raw=raw, peer_ip=session.peer_ip, helo=session.helo or "", mail_from=envelope.mail_from or ""
             )
+            if self.metrics is not None:
+                self.metrics.dmarc(verdict.result)
             refusal = self._dmarc_refusal(verdict) if self.dmarc_enforce else None
             if refusal is not None:
                 bound.info("message_refused", reason="dmarc", dmarc_result=verdict.result.value, reply=refusal.code)
@@ -144,7 +154,11 @@ class Relay:
             attachments = await self.attachment_sink.store(screened.kept, delivery_id=delivery_id)
         except AttachmentStoreFailed as exc:
             bound.warning("message_deferred", reason="attachment_store_failed", error=exc.reason)
+            if self.metrics is not None:
+                self.metrics.attachment_store_failed()
             return r.ATTACHMENT_STORE_FAILED
+        if self.metrics is not None and attachments:
+            self.metrics.attachments(attachments)
         body = await self._cpu_bound(
             len(raw),
             functools.partial(
@@ -173,6 +187,8 @@ class Relay:
         bound.info(
             "message_relayed", outcome=result.outcome.value, attempts=result.attempts, status=result.status, **details
         )
+        if self.metrics is not None:
+            self.metrics.delivery(_delivery(result))
         if result.outcome is DeliveryOutcome.DELIVERED:
             return r.MESSAGE_ACCEPTED
         if result.outcome is DeliveryOutcome.REJECTED:
@@ -193,6 +209,8 @@ class Relay:
         except QueueUnavailable as exc:
             await self.attachment_sink.discard(attachments)  # nothing was queued: no object is referenced
             bound.warning("message_deferred", reason="queue_unavailable", error=exc.reason)
+            if self.metrics is not None:
+                self.metrics.queue_publish_failed()
             return r.QUEUE_UNAVAILABLE
         bound.info("message_queued", **details)
         return r.MESSAGE_ACCEPTED
@@ -209,6 +227,8 @@ class Relay:
         for dropped in screened.dropped:
             rule = dropped.rule.value
             self.dropped_attachments[rule] += 1
+            if self.metrics is not None:
+                self.metrics.attachment_dropped(dropped.rule)
             part: MimePart = dropped.part
             bound.info(
                 "attachment_dropped",
@@ -218,6 +238,14 @@ class Relay:
                 size=len(part.data),
                 dropped_total=self.dropped_attachments[rule],
             )
+
+
+def _delivery(result: DeliveryResult) -> Delivery:
+    if result.outcome is DeliveryOutcome.DELIVERED:
+        return Delivery.DELIVERED
+    if result.outcome is DeliveryOutcome.REJECTED:
+        return Delivery.REFUSED
+    return Delivery.CIRCUIT_OPEN if result.circuit_open else Delivery.FAILED
 
 
 def _payload_json(

@@ -15,7 +15,7 @@ import aiohttp
 import certifi
 
 from bastion_core import CircuitOpenError, Guard
-from mailrelay._delivery import Attempt
+from mailrelay._delivery import TIMEOUT_PROBLEM, Attempt
 
 MAX_DRAINED_RESPONSE_BYTES = 64 * 1024  # read small responses so the connection can be reused
 MAX_CONNECTIONS = 100
@@ -101,7 +101,7 @@ class AiohttpTransport:
         except CircuitOpenError:
             return Attempt(error="circuit open", circuit_open=True)
         except TimeoutError:
-            return Attempt(error="timeout")
+            return Attempt(error=TIMEOUT_PROBLEM)
         except aiohttp.ClientError as exc:
             return Attempt(error=_problem(exc))
         answer = Attempt(status=response.status, retry_after=response.headers.get("Retry-After"))

@@ -12,8 +12,9 @@ from typing import Protocol
 import structlog
 
 from bastion_core import BreakerState, CircuitBreaker
-from mailrelay._delivery import WebhookClient
+from mailrelay._delivery import Verdict, WebhookClient, judge
 from mailrelay._errors import QueueUnavailable
+from mailrelay._metrics import DeadLetter, Delivery, RelayMetrics, Retry
 from mailrelay._queue import QueuedMessage
 from mailrelay._redelivery import Action, RedeliveryRules, decide
 
@@ -36,6 +37,7 @@ class DeliveryWorkers:
     breaker). Fetches only as many messages as it has free slots, so none waits in this process while its ack
     wait runs. `run()` until `stop(grace)`: then fetching stops, deliveries under way get `grace` seconds, and what
     is left unacknowledged is redelivered by the stream after its ack wait (to this relay or another).
+    With `metrics`, records each delivery's outcome, retry and dead letter.
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class DeliveryWorkers:
         rules: RedeliveryRules,
         concurrency: int,
         breaker: CircuitBreaker | None = None,
+        metrics: RelayMetrics | None = None,
         wall_clock: Callable[[], float] = time.time,
         random: Callable[[], float] = random.random,
     ) -> None:
@@ -54,6 +57,7 @@ class DeliveryWorkers:
         self.rules = rules
         self.concurrency = concurrency
         self.breaker = breaker
+        self.metrics = metrics
         self._wall_clock = wall_clock
         self._random = random
         self._running: set[asyncio.Task[None]] = set()
@@ -110,13 +114,18 @@ class DeliveryWorkers:
             random=self._random,
         )
         bound = log.bind(delivery_id=message.delivery_id, attempt=message.number)
+        metrics = self.metrics
         if decision.action is Action.ACK:
             await message.ack()
             bound.info("message_relayed", outcome="delivered", status=attempt.status, mode="queue")
+            if metrics is not None:
+                metrics.delivery(Delivery.DELIVERED)
             return
         if decision.action is Action.RETRY:
             await message.nak(decision.delay)
             bound.info("webhook_retry_scheduled", problem=decision.error, wait=round(decision.delay, 3))
+            if metrics is not None:
+                metrics.queue_retry(Retry.CIRCUIT_OPEN if attempt.circuit_open else Retry.ATTEMPT_FAILED)
             return
         error = decision.error or attempt.problem
         try:
@@ -125,9 +134,15 @@ class DeliveryWorkers:
             # Not stored as a dead letter: keep the message in the queue and try again later.
             await message.nak(self.rules.backoff_cap)
             bound.warning("dead_letter_failed", error=error, reason=exc.reason)
+            if metrics is not None:
+                metrics.queue_retry(Retry.DEAD_LETTER_FAILED)
             return
         await message.ack()
         bound.warning("message_dead_lettered", error=error, status=attempt.status)
+        if metrics is not None:
+            refused = judge(attempt) is Verdict.REJECTED
+            metrics.dead_letter(DeadLetter.REFUSED if refused else DeadLetter.FAILED)
+            metrics.delivery(Delivery.REFUSED if refused else Delivery.FAILED)
 
     async def stop(self, grace: float) -> None:
         if self._loop is not None:

@@ -1,5 +1,5 @@
-"""`mailrelay`: read MAIL_RELAY_* settings, start the SMTP and health listeners, stop gracefully on
-SIGTERM/SIGINT. Exit codes: 0 after a clean shutdown, 2 for a configuration error, 1 when a
+"""`mailrelay`: read MAIL_RELAY_* settings, start the SMTP, health and (when configured) metrics listeners, stop
+gracefully on SIGTERM/SIGINT. Exit codes: 0 after a clean shutdown, 2 for a configuration error, 1 when a
 listener cannot be opened."""
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from mailrelay._dns import DnsClient, NoResolver
 from mailrelay._errors import ListenFailed, QueueUnavailable
 from mailrelay._health import HealthServer
 from mailrelay._mailauth import DmarcChecker
+from mailrelay._metrics import RelayMetrics, TimedTransport
+from mailrelay._metrics_server import MetricsServer
 from mailrelay._processes import WorkerProcesses
 from mailrelay._queue import JetStreamQueue
 from mailrelay._redelivery import RedeliveryRules
@@ -36,6 +38,9 @@ EXIT_CONFIG = 2
 EXIT_LISTEN = 1
 EXIT_QUEUE = 1
 USER_AGENT = f"MailRelay/{__version__}"
+SMTP_VARIABLES = f"{PREFIX}BIND_ADDRESS/{PREFIX}PORT"
+HEALTH_VARIABLES = f"{PREFIX}HEALTH_BIND_ADDRESS/{PREFIX}HEALTH_PORT"
+METRICS_VARIABLES = f"{PREFIX}HEALTH_BIND_ADDRESS/{PREFIX}METRICS_PORT"
 # Libraries whose INFO/DEBUG chatter stays out of the relay's log: aiosmtpd, the HTTP client, nats-py (which can
 # name the server with its credentials) and asyncio (it names its selector at DEBUG).
 QUIET_LOGGERS = ("mail.log", "aiohttp", "nats", "asyncio")
@@ -78,13 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-async def listen(start: Awaitable[None], *, prefix: str, host: str, port: int) -> None:
-    """Await a listener's start(), turning its OSError into ListenFailed naming `<prefix>BIND_ADDRESS`
-    and `<prefix>PORT` (an unknown host name, a port in use or below 1024 all end up here)."""
+async def listen(start: Awaitable[None], *, variables: str, host: str, port: int) -> None:
+    """Await a listener's start(), turning its OSError into ListenFailed naming the `variables` that chose the
+    address (an unknown host name, a port in use or below 1024 all end up here)."""
     try:
         await start
     except OSError as exc:
-        raise ListenFailed(f"{prefix}BIND_ADDRESS/{prefix}PORT", f"{host}:{port}", exc) from exc
+        raise ListenFailed(variables, f"{host}:{port}", exc) from exc
 
 
 def dmarc_checker(settings: Settings) -> DmarcChecker | None:
@@ -149,6 +154,9 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
     if queue is not None:
         await queue.open()
     sink = attachment_sink(settings)
+    metrics = None
+    if settings.metrics_port is not None:
+        metrics = RelayMetrics(queue=queue is not None, dmarc=dmarc is not None)
     # The spec's outbound order: the breaker, then the call (no bulkhead: MAIL_RELAY_MAX_SESSIONS bounds the calls).
     breaker = CircuitBreaker(
         "webhook",
@@ -161,7 +169,7 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
         url=settings.webhook_url, guard=Guard(breaker=breaker), timeout=settings.webhook_timeout
     )
     webhook = WebhookClient(
-        transport=transport,
+        transport=transport if metrics is None else TimedTransport(transport, metrics),
         user_agent=USER_AGENT,
         secret=settings.webhook_signing_secret,
         max_retries=settings.webhook_max_retries,
@@ -180,6 +188,7 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
                 max_age=settings.queue_max_age,
                 backoff_base=settings.webhook_backoff_base,
             ),
+            metrics=metrics,
         )
     try:
         relay = Relay(
@@ -192,6 +201,7 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
             dmarc_enforce=settings.dmarc_mode == "enforce",
             queue=queue,
             processes=processes,
+            metrics=metrics,
         )
         smtp = SmtpServer(
             options=SmtpOptions(
@@ -204,15 +214,27 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
             ),
             handler=relay,
             tls_context=tls_context,
+            observer=metrics,
         )
         health = HealthServer()
+        metrics_server = None if metrics is None else MetricsServer(metrics)
+        if metrics is not None:
+            metrics.watch_sessions(lambda: len(smtp.hub.connections))
+            metrics.watch_breaker(breaker)
+            if queue is not None:
+                metrics.watch_queue(queue)
         host, port = settings.health_bind_address, settings.health_port
-        await listen(health.start(host, port), prefix="MAIL_RELAY_HEALTH_", host=host, port=port)
+        await listen(health.start(host, port), variables=HEALTH_VARIABLES, host=host, port=port)
         try:
+            if metrics_server is not None and settings.metrics_port is not None:
+                port = settings.metrics_port
+                await listen(metrics_server.start(host, port), variables=METRICS_VARIABLES, host=host, port=port)
             host, port = settings.bind_address, settings.port
-            await listen(smtp.start(host, port), prefix="MAIL_RELAY_", host=host, port=port)
+            await listen(smtp.start(host, port), variables=SMTP_VARIABLES, host=host, port=port)
         except ListenFailed:
             await health.stop()
+            if metrics_server is not None:
+                await metrics_server.stop()
             raise
         if workers is not None:
             workers.start()
@@ -225,6 +247,7 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
             version=__version__,
             smtp=f"{settings.bind_address}:{smtp.port}",
             health=f"{settings.health_bind_address}:{health.port}",
+            **({"metrics": f"{settings.health_bind_address}:{metrics_server.port}"} if metrics_server else {}),
             targets=len(settings.target_emails),
             signing=settings.webhook_signing_secret is not None,
             dmarc=settings.dmarc_mode,
@@ -243,6 +266,8 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
         if workers is not None:
             await workers.stop(settings.shutdown_grace)
         await health.stop()
+        if metrics_server is not None:
+            await metrics_server.stop()
     finally:
         processes.close()
         await transport.close()

@@ -13,9 +13,9 @@ from bastion.types import ASGIApp, Scope
 
 BASE = [
     "request_id",
+    "observe",
     "panic_recovery",
     "security_headers",
-    "access_log",
     "error_rendering",
     "path_normalization",
     "timeout",
@@ -67,6 +67,7 @@ def test_switched_off_layers_are_not_in_the_list(secured_env: dict[str, str]) ->
         **secured_env,
         "SERVICE_MIDDLEWARE_SECURITY_HEADERS_ENABLED": "false",
         "SERVICE_MIDDLEWARE_ACCESS_LOG_ENABLED": "false",
+        "SERVICE_METRICS_ENABLED": "false",
         "SERVICE_MIDDLEWARE_COMPRESSION_ENABLED": "false",
         "SERVICE_RATE_LIMIT_ENABLED": "false",
         "SERVICE_POLICY_ENABLED": "false",
@@ -86,7 +87,12 @@ def test_switched_off_layers_are_not_in_the_list(secured_env: dict[str, str]) ->
 
 def test_cors_is_listed_once_an_origin_is_set() -> None:
     listed = names({"SERVICE_TOKEN_ENABLED": "false", "SERVICE_MIDDLEWARE_CORS_ALLOW_ORIGINS": "https://app.example"})
-    assert listed[:5] == ["request_id", "panic_recovery", "security_headers", "cors", "access_log"]
+    assert listed[:5] == ["request_id", "observe", "panic_recovery", "security_headers", "cors"]
+
+
+def test_observe_stays_for_metrics_when_the_access_log_is_off() -> None:
+    listed = names({"SERVICE_TOKEN_ENABLED": "false", "SERVICE_MIDDLEWARE_ACCESS_LOG_ENABLED": "false"})
+    assert listed[:3] == ["request_id", "observe", "panic_recovery"]
 
 
 def test_operator_layers_follow_the_built_in_layer_of_their_slot(secured_env: dict[str, str]) -> None:

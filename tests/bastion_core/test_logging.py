@@ -44,3 +44,51 @@ def test_console_is_one_readable_line_per_event() -> None:
     lines = run("console")
     assert len(lines) == 2
     assert "thing_happened" in lines[0] and "answer=42" in lines[0]
+
+
+DIRECT = """
+import structlog
+from bastion_core import configure_logging
+from bastion_core._logging import log_event
+configure_logging("{level}", "{fmt}")
+log = structlog.get_logger("bastion.access")
+structlog.contextvars.bind_contextvars(request_id="rid-1")
+fields = {{"method": "GET", "route": None, "status": 404, "duration_ms": 1.5, "sub": "ü"}}
+log.info("http_request", **fields)
+log_event(log, "bastion.access", "http_request", fields)
+"""
+
+
+def run_direct(fmt: str, level: str = "info") -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", DIRECT.format(fmt=fmt, level=level)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stderr.splitlines()
+
+
+def test_the_direct_line_is_structlogs_line() -> None:
+    """The access log's one-step writer: the same keys in the same order, the same values, as structlog's."""
+    through_structlog, direct = (json.loads(line) for line in run_direct("json"))
+    assert through_structlog.pop("timestamp").endswith("Z") and direct.pop("timestamp").endswith("Z")
+    assert list(direct.items()) == list(through_structlog.items())
+    assert direct == {
+        "method": "GET",
+        "route": None,
+        "status": 404,
+        "duration_ms": 1.5,
+        "sub": "ü",
+        "event": "http_request",
+        "request_id": "rid-1",
+        "level": "info",
+        "logger": "bastion.access",
+    }
+
+
+def test_the_direct_line_follows_the_console_format_and_the_level() -> None:
+    console = run_direct("console")
+    assert len(console) == 2 and all("http_request" in line and "request_id=rid-1" in line for line in console)
+    assert run_direct("json", level="warning") == []

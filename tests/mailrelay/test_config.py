@@ -506,3 +506,46 @@ def test_ack_wait_must_outlast_the_webhook_timeout_in_queue_mode() -> None:
 def test_nats_credentials_are_never_shown(raw: str, shown: str) -> None:
     message = error_for(settings_with(QUEUE="jetstream", NATS_URL=raw))
     assert message == f"MAIL_RELAY_NATS_URL: expected {NATS_EXPECTED}, got {shown}"
+
+
+def test_metrics_are_off_unless_the_port_is_set() -> None:
+    assert parse_settings(REQUIRED).metrics_port is None
+    assert parse_settings(settings_with(METRICS_PORT="")).metrics_port is None
+    assert parse_settings(settings_with(METRICS_PORT=" 9100 ")).metrics_port == 9100
+
+
+def test_metrics_port_0_is_a_random_free_port_even_with_smtp_on_0() -> None:
+    assert parse_settings(settings_with(METRICS_PORT="0", PORT="0")).metrics_port == 0
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param({"METRICS_PORT": "2525"}, "a TCP port other than MAIL_RELAY_PORT (2525)", id="default-smtp"),
+        pytest.param({"METRICS_PORT": "8080"}, "a TCP port other than MAIL_RELAY_HEALTH_PORT (8080)", id="health"),
+        pytest.param(
+            {"METRICS_PORT": "2600", "PORT": "2600"}, "a TCP port other than MAIL_RELAY_PORT (2600)", id="smtp"
+        ),
+        pytest.param(
+            {"METRICS_PORT": "9100", "HEALTH_PORT": "9100"},
+            "a TCP port other than MAIL_RELAY_HEALTH_PORT (9100)",
+            id="set-health",
+        ),
+    ],
+)
+def test_metrics_port_must_be_its_own(values: dict[str, str], expected: str) -> None:
+    shown = repr(values["METRICS_PORT"])
+    assert error_for(settings_with(**values)) == f"MAIL_RELAY_METRICS_PORT: expected {expected}, got {shown}"
+
+
+@pytest.mark.parametrize("value", ["metrics", "9100.0", "-1", "65536", "0x2384"])
+def test_metrics_port_must_be_a_port_number(value: str) -> None:
+    assert error_for(settings_with(METRICS_PORT=value)) == (
+        f"MAIL_RELAY_METRICS_PORT: expected a TCP port 0-65535, got {value!r}"
+    )
+
+
+def test_a_bad_smtp_port_is_named_before_the_metrics_port_is_compared() -> None:
+    assert error_for(settings_with(PORT="smtp", METRICS_PORT="2525")) == (
+        "MAIL_RELAY_PORT: expected a TCP port 0-65535, got 'smtp'"
+    )

@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 
 import pytest
+import structlog
 
-from mailrelay._health import BAD_REQUEST, HealthServer, response_for
+from mailrelay._health import HealthServer, response_for
+from mailrelay._http import BAD_REQUEST, HEAD_TOO_LARGE, REQUEST_HEAD_LIMIT
 
 OK = (
     b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -69,5 +71,30 @@ async def test_server_answers_and_rejects_garbage() -> None:
         assert missing == NOT_FOUND
         garbage = await request(server.port, b"hello\r\n\r\n")
         assert garbage == BAD_REQUEST
+    finally:
+        await server.stop()
+
+
+@pytest.mark.parametrize("target", ["http://[/health", "http://[::1/health?x"])
+def test_absolute_form_that_does_not_parse_is_400(target: str) -> None:
+    assert response_for("GET", target) == BAD_REQUEST
+
+
+@pytest.mark.parametrize(
+    ("raw", "answer"),
+    [
+        pytest.param(b"GET http://[/health HTTP/1.1\r\n\r\n", BAD_REQUEST, id="unparsable-target"),
+        pytest.param(b"GET /" + b"h" * REQUEST_HEAD_LIMIT + b" HTTP/1.1\r\n\r\n", HEAD_TOO_LARGE, id="huge-line"),
+        pytest.param(b"GET /health HTTP/1.1\r\n" + b"X-A: b\r\n" * 4000 + b"\r\n", HEAD_TOO_LARGE, id="huge-head"),
+        pytest.param(b"POST /nope HTTP/1.1\r\nContent-Length: 500000\r\n\r\n" + b"x" * 500_000, NOT_FOUND, id="body"),
+    ],
+)
+async def test_server_answers_bad_input_without_a_traceback(raw: bytes, answer: bytes) -> None:
+    server = HealthServer()
+    await server.start("127.0.0.1", 0)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            assert await request(server.port, raw) == answer
+        assert logs == []
     finally:
         await server.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import structlog
 
 from bastion._claims import Claims
+from bastion._metrics import NO_METRICS, Metrics
 from bastion.auth._bearer import bearer_token, challenge
 from bastion.auth._cache import TokenVerifier, VerifiedTokens
 from bastion.auth._jwt import JwtVerifier
@@ -39,8 +40,11 @@ class TokenAuth:
     challenge.
     """
 
-    def __init__(self, settings: TokenSettings, *, revocations: Revocations, realm: str) -> None:
+    def __init__(
+        self, settings: TokenSettings, *, revocations: Revocations, realm: str, metrics: Metrics = NO_METRICS
+    ) -> None:
         self.settings = settings
+        self.metrics = metrics
         self.verifier = verifier_from_settings(settings)
         self.tokens = VerifiedTokens(
             self.verifier,
@@ -59,12 +63,17 @@ class TokenAuth:
 
     async def authenticate(self, values: list[bytes]) -> Claims:
         """Verified claims from exactly one ``Bearer`` value; TokenError with its challenge otherwise."""
-        token = bearer_token(values, max_token_bytes=self.settings.max_token_bytes, realm=self.realm)
+        try:
+            token = bearer_token(values, max_token_bytes=self.settings.max_token_bytes, realm=self.realm)
+        except TokenError as exc:
+            self.metrics.token_rejected(exc.code)
+            raise
         try:
             claims = await self.tokens.claims(token)
             if self.revocations is not None:
                 await self.revocations.check(claims)
         except TokenError as exc:
+            self.metrics.token_rejected(exc.code)
             description = exc.detail.replace('"', "'")
             exc.headers.append(challenge(self.realm, "invalid_token", description))
             raise

@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import math
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
 import structlog
@@ -29,6 +30,8 @@ from nats.js.errors import Error as JetStreamError
 from nats.js.errors import NotFoundError as JetStreamNotFound
 from nats.js.errors import ServiceUnavailableError as JetStreamServiceUnavailable
 
+from bastion import _tracing as tracing
+from bastion._metrics import NO_METRICS, Metrics
 from bastion.broker._handlers import BrokerHandle, BrokerMessage, encode
 from bastion.broker._specs import BrokerPlan, ConsumerSpec, ResponderSpec, SubscriberSpec
 from bastion.broker._streams import ensure_stream
@@ -59,12 +62,22 @@ class Broker(BrokerHandle):
     Publishing while disconnected raises BrokerUnavailable (503): nothing is queued behind the caller's back.
     """
 
-    def __init__(self, settings: BrokerSettings, plan: BrokerPlan, *, service: str) -> None:
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        plan: BrokerPlan,
+        *,
+        service: str,
+        metrics: Metrics = NO_METRICS,
+        tracer: tracing.Tracer | None = None,
+    ) -> None:
         if settings.url is None:
             raise ConfigError("the broker needs broker.url (or SERVICE_BROKER_URL)")
         self.settings = settings
         self.plan = plan
         self.service = service
+        self.metrics = metrics
+        self.tracer = tracer
         self._servers = [part.strip() for part in settings.url.get_secret_value().split(",")]
         self.shown_url = mask_url(settings.url.get_secret_value(), cluster=True)
         self.nc: Client | None = None
@@ -337,11 +350,20 @@ class Broker(BrokerHandle):
         """
         nc = self._require()
         payload = encode(data)
+        if self.tracer is not None:
+            with self._producer_span("publish", subject) as traced:
+                return await self._publish(nc, subject, payload, traced.headers(headers), ack)
+        return await self._publish(nc, subject, payload, headers, ack)
+
+    async def _publish(
+        self, nc: Client, subject: str, payload: bytes, headers: Mapping[str, str] | None, ack: bool
+    ) -> int | None:
         if not ack:
             try:
                 await nc.publish(subject, payload, headers=dict(headers) if headers else None)
             except NatsError as exc:
                 raise BrokerUnavailable(f"publish failed: {type(exc).__name__}") from None
+            self.metrics.broker_published(acknowledged=False)
             return None
         assert self.js is not None
         try:
@@ -350,6 +372,7 @@ class Broker(BrokerHandle):
             raise BrokerUnavailable(f"no stream stores subject {subject!r}") from None
         except (TimeoutError, NatsError, JetStreamError) as exc:
             raise BrokerUnavailable(f"publish failed: {type(exc).__name__}") from None
+        self.metrics.broker_published(acknowledged=True)
         return int(acked.seq)
 
     async def request(
@@ -366,20 +389,35 @@ class Broker(BrokerHandle):
         when the responder failed (its error in ``responder_error``). Uncaught in an HTTP handler, each renders
         as its status with a body that does not name the subject (the log does).
         """
-        nc = self._require()
         try:
-            reply = await nc.request(subject, encode(data), timeout=timeout, headers=dict(headers) if headers else None)
+            nc = self._require()
+        except BrokerUnavailable:
+            self.metrics.broker_request("unavailable")
+            raise
+        try:
+            if self.tracer is not None:
+                with self._producer_span("request", subject) as traced:
+                    reply = await nc.request(subject, encode(data), timeout=timeout, headers=traced.headers(headers))
+            else:
+                reply = await nc.request(
+                    subject, encode(data), timeout=timeout, headers=dict(headers) if headers else None
+                )
         except NoRespondersError:
+            self.metrics.broker_request("no_responders")
             log.warning("broker_no_responders", request_subject=subject)
             raise NoResponders() from None
         except NatsTimeoutError:
+            self.metrics.broker_request("timeout")
             log.warning("broker_request_timed_out", request_subject=subject, timeout=timeout)
             raise BrokerTimeout() from None
         except NatsError as exc:
+            self.metrics.broker_request("unavailable")
             raise BrokerUnavailable(f"request failed: {type(exc).__name__}") from None
         message = _message(reply)
         if ERROR_HEADER in message.headers:
+            self.metrics.broker_request("failed")
             raise BrokerRequestFailed(responder_error=message.data.decode(errors="replace"))
+        self.metrics.broker_request("ok")
         return message
 
     # -- subscribers, responders, consumers -------------------------------------------------------------------
@@ -387,10 +425,11 @@ class Broker(BrokerHandle):
     def _subscriber(self, spec: SubscriberSpec) -> Any:
         async def callback(msg: Msg) -> None:
             message = _message(msg)
-            with structlog.contextvars.bound_contextvars(message_subject=message.subject):
+            with self._consumer_span(message), structlog.contextvars.bound_contextvars(message_subject=message.subject):
                 try:
                     await spec.handler(message, self)
                 except Exception as exc:
+                    tracing.fail(exc)
                     log.error("broker_subscriber_failed", subscriber=spec.subject, exc_info=exc)
 
         return callback
@@ -419,10 +458,11 @@ class Broker(BrokerHandle):
     async def _answer(self, spec: ResponderSpec, msg: Msg) -> None:
         message = _message(msg)
         nc = self._require()
-        with structlog.contextvars.bound_contextvars(message_subject=message.subject):
+        with self._consumer_span(message), structlog.contextvars.bound_contextvars(message_subject=message.subject):
             try:
                 result = await spec.handler(message, self)
             except Exception as exc:
+                tracing.fail(exc)
                 code = exc.code if isinstance(exc, BastionError) else "RESPONDER_ERROR"
                 log.warning("broker_responder_failed", responder=spec.subject, error=f"{type(exc).__name__}: {exc}")
                 reply, headers = encode({"error": str(exc), "code": code}), {ERROR_HEADER: code}
@@ -452,10 +492,14 @@ class Broker(BrokerHandle):
 
     async def _handle(self, spec: ConsumerSpec, msg: Msg) -> None:
         message = _message(msg)
-        with structlog.contextvars.bound_contextvars(message_id=message.message_id, consumer=spec.durable):
+        with (
+            self._consumer_span(message, consumer=spec.durable),
+            structlog.contextvars.bound_contextvars(message_id=message.message_id, consumer=spec.durable),
+        ):
             try:
                 await spec.handler(message, self)
             except Exception as exc:
+                tracing.fail(exc)
                 await self._failed(spec, msg, message, exc)
                 return
             try:
@@ -463,6 +507,8 @@ class Broker(BrokerHandle):
             except NatsError as exc:
                 # Not acknowledged: JetStream redelivers it after ack_wait (at least once).
                 log.warning("broker_ack_failed", error=type(exc).__name__)
+                return
+            self.metrics.broker_consumed(spec.durable, "ack")
 
     async def _failed(self, spec: ConsumerSpec, msg: Msg, message: BrokerMessage, exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}"[:500]
@@ -470,12 +516,14 @@ class Broker(BrokerHandle):
             if message.deliveries >= spec.max_deliveries:
                 await self._dead_letter(spec, message, error)
                 await msg.ack()
+                self.metrics.broker_consumed(spec.durable, "dead_letter")
                 return
             delay = backoff_delay(
                 message.deliveries, base=spec.retry_delay, cap=MAX_RETRY_DELAY_SECS, random=lambda: 1.0
             )
             log.warning("broker_message_failed", deliveries=message.deliveries, retry_in=delay, error=error)
             await msg.nak(delay=delay)
+            self.metrics.broker_consumed(spec.durable, "nak")
         except (TimeoutError, NatsError, JetStreamError, BrokerUnavailable) as failure:
             # Neither acked nor dead-lettered: JetStream redelivers it; nothing is lost.
             log.warning("broker_failure_not_recorded", error=type(failure).__name__)
@@ -504,6 +552,58 @@ class Broker(BrokerHandle):
             stored_in=stream,
             error=error,
         )
+
+    # -- tracing (a tracer only when tracing is on) -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _producer_span(self, operation: str, subject: str) -> Iterator[_Outgoing]:
+        """A producer span for a publish or a request, its context carried in the message's headers."""
+        assert self.tracer is not None
+        kind = tracing.PRODUCER if operation == "publish" else tracing.CLIENT
+        with self.tracer.start_as_current_span(
+            f"{operation} {subject}", kind=kind, attributes=_messaging(subject, "send")
+        ):
+            yield _Outgoing()
+
+    def _consumer_span(self, message: BrokerMessage, *, consumer: str | None = None) -> ContextManager[object]:
+        """The span of handling one message: a child of the publisher's span when its headers carry one."""
+        if self.tracer is None:
+            return _NO_SPAN
+        attributes = _messaging(message.subject, "process")
+        if consumer is not None:
+            attributes["messaging.consumer.group.name"] = consumer
+        if message.deliveries > 1:
+            attributes["messaging.message.delivery_count"] = message.deliveries
+        return _traced(
+            self.tracer.start_as_current_span(
+                f"process {message.subject}",
+                context=tracing.extract((name.lower(), value) for name, value in message.headers.items()),
+                kind=tracing.CONSUMER,
+                attributes=attributes,
+            )
+        )
+
+
+_NO_SPAN = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _traced(span_context: ContextManager[tracing.Span]) -> Iterator[object]:
+    """``span_context`` entered, with its ids bound into every log line within."""
+    with span_context as span, structlog.contextvars.bound_contextvars(**tracing.ids(span)):
+        yield span
+
+
+class _Outgoing:
+    def headers(self, given: Mapping[str, str] | None) -> dict[str, str]:
+        """``given`` plus ``traceparent``/``tracestate`` for the current span."""
+        headers = dict(given or {})
+        tracing.inject(headers)
+        return headers
+
+
+def _messaging(subject: str, operation: str) -> dict[str, Any]:
+    return {"messaging.system": "nats", "messaging.destination.name": subject, "messaging.operation.type": operation}
 
 
 def _message(msg: Msg) -> BrokerMessage:

@@ -24,6 +24,7 @@ from bastion.config._sections import (
     Settings,
     StreamSettings,
     TokenSettings,
+    TracingSettings,
 )
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "Settings",
     "StreamSettings",
     "TokenSettings",
+    "TracingSettings",
     "load_settings",
     "masked",
     "read_file",

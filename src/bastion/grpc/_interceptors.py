@@ -18,7 +18,9 @@ from grpclib.const import Status
 from grpclib.events import RecvRequest, SendInitialMetadata, SendTrailingMetadata
 from grpclib.exceptions import GRPCError
 
+from bastion import _tracing as tracing
 from bastion._client_ip import parse_ip
+from bastion._metrics import NO_METRICS, Metrics
 from bastion._parts import GrpcExtractor, GrpcFinish, Slot
 from bastion._pipeline import Step
 from bastion.errors import BastionError, TokenError
@@ -30,6 +32,24 @@ EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflect
 _DEFERRABLE = frozenset({Slot.POLICY, Slot.RESILIENCE})
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("bastion_grpc_request_id", default=None)
+call_var: contextvars.ContextVar[tuple[str, float] | None] = contextvars.ContextVar("bastion_grpc_call", default=None)
+"""The call's method and when it started, for its duration metric when the trailers go out."""
+span_var: contextvars.ContextVar[tuple[tracing.Span, object] | None] = contextvars.ContextVar(
+    "bastion_grpc_span", default=None
+)
+"""The call's server span and its context token (tracing on)."""
+# rpc.server spans are errors for these statuses only (OpenTelemetry's gRPC conventions): the others are the
+# client's problem (NOT_FOUND, PERMISSION_DENIED, ...).
+_SERVER_ERRORS = frozenset(
+    {
+        Status.UNKNOWN,
+        Status.DEADLINE_EXCEEDED,
+        Status.UNIMPLEMENTED,
+        Status.INTERNAL,
+        Status.UNAVAILABLE,
+        Status.DATA_LOSS,
+    }
+)
 trailers_var: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
     "bastion_grpc_trailers", default=()
 )
@@ -89,7 +109,11 @@ class GrpcGuard:
         steps: Sequence[Step],
         max_message_size: int,
         extractors: Mapping[str, GrpcExtractor] | None = None,
+        metrics: Metrics = NO_METRICS,
+        tracer: tracing.Tracer | None = None,
     ) -> None:
+        self.metrics = metrics
+        self.tracer = tracer
         self.steps = [step for step in steps if step.grpc is not None]
         deferrable = [index for index, step in enumerate(self.steps) if step.slot in _DEFERRABLE]
         self.defer_from = deferrable[0] if deferrable else len(self.steps)
@@ -102,6 +126,7 @@ class GrpcGuard:
 
     async def on_request(self, event: RecvRequest) -> None:
         method = event.method_name
+        call_var.set((method, time.perf_counter()))
         if self.draining:
             raise GRPCError(Status.UNAVAILABLE, "Server is shutting down")
         incoming = [str(value) for value in event.metadata.getall("x-request-id", [])] if event.metadata else []
@@ -110,6 +135,8 @@ class GrpcGuard:
         )
         request_id_var.set(request_id)
         structlog.contextvars.bind_contextvars(request_id=request_id, grpc_method=method)
+        if self.tracer is not None:
+            self._start_span(event, method, request_id)
         peer = event.peer.addr()
         peer_ip = parse_ip(str(peer[0])) if peer else None
         headers = [(b"user-agent", (event.user_agent or "").encode("latin-1", "replace"))]
@@ -133,6 +160,29 @@ class GrpcGuard:
         deferred = self.steps[self.defer_from :] if method in self.extractors else ()
         finishes = await self._run(self.steps[: len(self.steps) - len(deferred)], scope, [])
         event.method_func = self._wrap(event.method_func, scope, method, deferred=deferred, finishes=finishes)
+
+    def _start_span(self, event: RecvRequest, method: str, request_id: str) -> None:
+        """A server span for the call, a child of the caller's ``traceparent`` metadata when it is valid."""
+        assert self.tracer is not None
+        metadata = event.metadata
+        parent = tracing.extract(
+            (name, str(metadata[name])) for name in tracing.TRACE_HEADERS if metadata is not None and name in metadata
+        )
+        service, _, name = method.strip("/").partition("/")
+        span = tracing.start(
+            self.tracer,
+            method.lstrip("/"),
+            parent=parent,
+            kind=tracing.SERVER,
+            attributes={
+                "rpc.system": "grpc",
+                "rpc.service": service,
+                "rpc.method": name,
+                "bastion.request_id": request_id,
+            },
+        )
+        span_var.set((span, tracing.activate(span)))
+        structlog.contextvars.bind_contextvars(**tracing.ids(span))
 
     @staticmethod
     async def _run(steps: Sequence[Step], scope: Scope, finishes: list[GrpcFinish]) -> list[GrpcFinish]:
@@ -222,8 +272,21 @@ class GrpcGuard:
             event.metadata["x-request-id"] = request_id
 
     async def on_trailing_metadata(self, event: SendTrailingMetadata) -> None:
+        call = call_var.get()
+        if call is not None:
+            # Every call ends here, refused ones included: the status is the one the client gets.
+            self.metrics.grpc_call(call[0], int(event.status.value), time.perf_counter() - call[1])
         request_id = request_id_var.get()
         if request_id is not None and "x-request-id" not in event.metadata:
             event.metadata["x-request-id"] = request_id
         for name, value in trailers_var.get():
             event.metadata[name] = value
+        traced = span_var.get()
+        if traced is not None:
+            span_var.set(None)
+            span, token = traced
+            span.set_attribute("rpc.grpc.status_code", int(event.status.value))
+            if event.status in _SERVER_ERRORS:
+                span.set_status(tracing.ERROR)
+            span.end()
+            tracing.deactivate(token)

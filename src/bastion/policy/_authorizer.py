@@ -15,6 +15,7 @@ from bastion._cache_store import CacheStore
 from bastion._claims import Claims
 from bastion._client_ip import client_ip
 from bastion._health import ALWAYS_PUBLIC
+from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import PolicySettings
 from bastion.errors import ConfigError, PolicyDenied, PolicyError
 from bastion.policy._cache import DecisionCache, SharedDecisionCache, decision_key
@@ -88,7 +89,9 @@ class PolicyAuthorizer:
         extractors: Mapping[str, ResourceExtractor] | None = None,
         cache_store: CacheStore | None = None,
         clock: Callable[[], float] = time.time,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
+        self.metrics = metrics
         if settings.policy_path is None:
             raise ConfigError("policy authorization needs policy.policy_path")
         self.settings = settings
@@ -235,6 +238,7 @@ class PolicyAuthorizer:
         if not isinstance(claims, Claims):
             claims = None
         action, decision = await self.decide(scope, claims)
+        self.metrics.policy_decision("error" if decision.failed else "allow" if decision.allowed else "deny")
         if decision.failed:
             fail_open = self.fails_open(claims)
             log.error("policy_evaluation_failed", action=action, errors=list(decision.errors), fail_open=fail_open)

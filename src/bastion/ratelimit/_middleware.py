@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from bastion._audit import Auditor
 from bastion._health import ALWAYS_PUBLIC
+from bastion._metrics import NO_METRICS, Metrics
 from bastion.errors import RateLimitExceeded
 from bastion.ratelimit._buckets import LimiterStore, Outcome, RuleSet
 from bastion.types import RESPONSE_START, SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
@@ -14,8 +15,21 @@ DENIED_EVENT = "HttpRequestDenied"
 DENIED_EVENT_TYPE = "http.request.denied"
 
 
+def bucket_kind(key: str) -> str:
+    """``user``, ``client``, ``ip`` or ``route``: the metric label of a bucket (its key holds who it is)."""
+    if key.startswith("route:"):
+        return "route"
+    return key.split(":", 2)[1] if key.count(":") >= 2 else "other"
+
+
 async def charge(
-    scope: Scope, *, store: LimiterStore, rules: RuleSet, trust_forwarded: bool, auditor: Auditor | None
+    scope: Scope,
+    *,
+    store: LimiterStore,
+    rules: RuleSet,
+    trust_forwarded: bool,
+    auditor: Auditor | None,
+    metrics: Metrics = NO_METRICS,
 ) -> Outcome:
     """Charge the request's bucket; on a spent bucket emit ``HttpRequestDenied`` and raise RateLimitExceeded.
 
@@ -25,6 +39,7 @@ async def charge(
     bucket = rules.bucket_for(scope, trust_forwarded=trust_forwarded)
     outcome = await store.charge(bucket)
     if not outcome.allowed:
+        metrics.rate_limited(bucket_kind(bucket.key))
         if auditor is not None:
             await auditor.auth_event(
                 DENIED_EVENT,
@@ -37,6 +52,8 @@ async def charge(
                 retry_after=outcome.retry_after_secs,
             )
         raise RateLimitExceeded(retry_after=outcome.retry_after_secs, headers=outcome.headers())
+    if metrics.traced:
+        metrics.rate_limit_passed(bucket_kind(bucket.key))
     return outcome
 
 
@@ -60,8 +77,10 @@ class RateLimitMiddleware:
         trust_forwarded: bool = False,
         auditor: Auditor | None = None,
         exempt_paths: Iterable[str] = ALWAYS_PUBLIC,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self.app = app
+        self.metrics = metrics
         self.store = store
         self.rules = rules
         self.trust_forwarded = trust_forwarded
@@ -74,7 +93,12 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         outcome = await charge(
-            scope, store=self.store, rules=self.rules, trust_forwarded=self.trust_forwarded, auditor=self.auditor
+            scope,
+            store=self.store,
+            rules=self.rules,
+            trust_forwarded=self.trust_forwarded,
+            auditor=self.auditor,
+            metrics=self.metrics,
         )
         extra = outcome.raw_headers()
         scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *extra]

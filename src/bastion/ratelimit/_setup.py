@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bastion._audit import Auditor
 from bastion._cache_store import CacheStore
+from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import AuditSettings, RateLimitSettings
 from bastion.ratelimit._buckets import LimiterStore, RuleSet
 from bastion.ratelimit._distributed import DistributedLimiter
@@ -20,24 +21,39 @@ class RateLimiting:
     once (ConfigError at start-up for a bad one).
     """
 
-    def __init__(self, settings: RateLimitSettings, *, store: LimiterStore, auditor: Auditor | None = None) -> None:
+    def __init__(
+        self,
+        settings: RateLimitSettings,
+        *,
+        store: LimiterStore,
+        auditor: Auditor | None = None,
+        metrics: Metrics = NO_METRICS,
+    ) -> None:
         self.settings = settings
+        self.metrics = metrics
         self.rules = RuleSet.from_settings(settings)
         self.store = store
         # Audit events are on by default (spec): a limiter wired by hand logs HttpRequestDenied too.
         self.auditor = auditor if auditor is not None else Auditor(AuditSettings())
 
     @classmethod
-    def local(cls, settings: RateLimitSettings, *, auditor: Auditor | None = None) -> RateLimiting:
+    def local(
+        cls, settings: RateLimitSettings, *, auditor: Auditor | None = None, metrics: Metrics = NO_METRICS
+    ) -> RateLimiting:
         """In-process buckets: per instance, reset on restart."""
-        return cls(settings, store=LocalLimiter(), auditor=auditor)
+        return cls(settings, store=LocalLimiter(), auditor=auditor, metrics=metrics)
 
     @classmethod
     def distributed(
-        cls, settings: RateLimitSettings, cache_store: CacheStore, *, auditor: Auditor | None = None
+        cls,
+        settings: RateLimitSettings,
+        cache_store: CacheStore,
+        *,
+        auditor: Auditor | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> RateLimiting:
         """Buckets in ``cache_store`` (Redis/Valkey: shared by all instances, one round trip per request)."""
-        return cls(settings, store=DistributedLimiter(cache_store), auditor=auditor)
+        return cls(settings, store=DistributedLimiter(cache_store), auditor=auditor, metrics=metrics)
 
     async def check_call(self, scope: Scope) -> None:
         """Charge one gRPC call (scope ``method`` POST, ``path`` the method); raises RateLimitExceeded (its
@@ -48,6 +64,7 @@ class RateLimiting:
             rules=self.rules,
             trust_forwarded=self.settings.trust_forwarded_headers,
             auditor=self.auditor,
+            metrics=self.metrics,
         )
 
     def layer(self, app: ASGIApp) -> ASGIApp:
@@ -58,11 +75,12 @@ class RateLimiting:
             rules=self.rules,
             trust_forwarded=self.settings.trust_forwarded_headers,
             auditor=self.auditor,
+            metrics=self.metrics,
         )
 
 
 def built_in_rate_limiting(
-    settings: RateLimitSettings, *, cache_store: CacheStore, auditor: Auditor
+    settings: RateLimitSettings, *, cache_store: CacheStore, auditor: Auditor, metrics: Metrics = NO_METRICS
 ) -> RateLimiting | None:
     """What ``BastionApp`` wires into the rate-limit slot by itself.
 
@@ -73,7 +91,7 @@ def built_in_rate_limiting(
     if not settings.enabled:
         return None
     if settings.distributed:
-        return RateLimiting.distributed(settings, cache_store, auditor=auditor)
+        return RateLimiting.distributed(settings, cache_store, auditor=auditor, metrics=metrics)
     if settings.auto_apply:
-        return RateLimiting.local(settings, auditor=auditor)
+        return RateLimiting.local(settings, auditor=auditor, metrics=metrics)
     return None

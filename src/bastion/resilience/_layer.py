@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bastion._health import ALWAYS_PUBLIC
+from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import ResilienceSettings
 from bastion.errors import BulkheadFull, CircuitOpen
 from bastion.middleware._errors import as_bastion_error
@@ -69,7 +70,8 @@ def _enabled(requested: bool | None, configured: bool | None) -> bool:
 class ResilienceLayer:
     """The breaker and bulkhead of one ``use_resilience`` call, and the requests they guard."""
 
-    def __init__(self, spec: ResilienceSpec, settings: ResilienceSettings) -> None:
+    def __init__(self, spec: ResilienceSpec, settings: ResilienceSettings, *, metrics: Metrics = NO_METRICS) -> None:
+        self.metrics = metrics
         values = {
             "threshold": settings.circuit_breaker_threshold,
             "min_requests": settings.circuit_breaker_min_requests,
@@ -121,6 +123,7 @@ class ResilienceLayer:
             try:
                 ticket = self.breaker.admit()
             except CircuitOpenError as exc:
+                self.metrics.resilience_rejected(self.name, "circuit_open")
                 raise CircuitOpen(retry_after=max(1, math.ceil(exc.retry_after))) from None
         if self.bulkhead is not None:
             try:
@@ -128,6 +131,7 @@ class ResilienceLayer:
             except BaseException as exc:
                 self.leave(ticket, None, holds_slot=False)
                 if isinstance(exc, BulkheadFullError):
+                    self.metrics.resilience_rejected(self.name, "bulkhead_full")
                     raise BulkheadFull(retry_after=exc.retry_after) from None
                 raise
         return ticket
@@ -194,10 +198,16 @@ class ResilienceMiddleware:
         self.guard.leave(ticket, status < 500)
 
 
-def layers_from(specs: Sequence[ResilienceSpec], settings: ResilienceSettings) -> list[ResilienceLayer]:
+def layers_from(
+    specs: Sequence[ResilienceSpec], settings: ResilienceSettings, *, metrics: Metrics = NO_METRICS
+) -> list[ResilienceLayer]:
     """One layer per spec; names must be unique (they name the breakers and pools in logs and metrics)."""
     names = [spec.name for spec in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ConfigError(f"use_resilience(name=...) names {', '.join(map(repr, duplicates))} more than once")
-    return [ResilienceLayer(spec, settings) for spec in specs]
+    layers = [ResilienceLayer(spec, settings, metrics=metrics) for spec in specs]
+    metrics.watch_breakers(
+        lambda: [(layer.name, layer.breaker.observed_state.value) for layer in layers if layer.breaker is not None]
+    )
+    return layers

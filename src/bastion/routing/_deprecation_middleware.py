@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import structlog
-from opentelemetry.metrics import Counter
 
+from bastion._metrics import Metrics
 from bastion.routing._versioned import VersionedApi
 from bastion.types import SCOPE_API_VERSION, SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
 
@@ -21,17 +21,18 @@ class DeprecationMiddleware:
     ``api``, so a version deprecated at run time is marked from its next request on.
     """
 
-    def __init__(self, app: ASGIApp, *, api: VersionedApi, base_path: str, counter: Counter | None) -> None:
+    def __init__(self, app: ASGIApp, *, api: VersionedApi, base_path: str, metrics: Metrics) -> None:
         self.app = app
         self.api = api
         self.prefix = base_path + "/v"
-        self.counter = counter
+        self.metrics = metrics
 
     def _version_of(self, path: str) -> int | None:
         if not path.startswith(self.prefix):
             return None
         label = path[len(self.prefix) :].split("/", 1)[0]
-        if not label.isdigit() or label.startswith("0"):
+        # ASCII digits only: str.isdigit (and int) take other scripts' digits too, "v\u0661" is not v1.
+        if not (label.isascii() and label.isdigit()) or label.startswith("0"):
             return None
         number = int(label)
         return number if number in self.api.versions else None
@@ -43,11 +44,7 @@ class DeprecationMiddleware:
             return
         scope[SCOPE_API_VERSION] = version
         deprecation = self.api.versions[version].deprecation
-        if self.counter is not None:
-            attributes = {"version": f"v{version}", "deprecated": "true" if deprecation else "false"}
-            if deprecation is not None:
-                attributes["replacement_version"] = f"v{deprecation.replacement}"
-            self.counter.add(1, attributes)
+        self.metrics.version_request(version, deprecation.replacement if deprecation is not None else None)
         if deprecation is None:
             await self.app(scope, receive, send)
             return

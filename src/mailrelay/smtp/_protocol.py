@@ -27,6 +27,7 @@ from mailrelay.smtp._session import (
     Event,
     SenderPolicy,
     Session,
+    SmtpObserver,
     SmtpOptions,
     SmtpState,
 )
@@ -50,11 +51,13 @@ class RelaySMTP(SMTP):
         hub: ConnectionHub,
         tls_context: ssl.SSLContext | None,
         sender_policy: SenderPolicy | None = None,
+        observer: SmtpObserver | None = None,
     ) -> None:
         self.options = options
         self.hub = hub
         self.envelope_handler = handler
         self.sender_policy = sender_policy
+        self.observer = observer
         self.relay_session = Session(peer_ip="")
         self._admitted = False
         self._lost = False
@@ -170,6 +173,8 @@ class RelaySMTP(SMTP):
         refusal = self.hub.admit(self, session.peer_ip)
         if refusal is not None:
             log.warning("smtp_too_many_connections", peer=session.peer_ip, reply=refusal.code)
+            if self.observer is not None:
+                self.observer.session_refused(refusal)
             self.close_with(refusal)
             return
         self._admitted = True
@@ -347,16 +352,23 @@ class RelaySMTP(SMTP):
             if address.lower() not in (a.lower() for a in session.envelope.recipients):
                 session.envelope.recipients.append(address)
             session.apply(Event.RECIPIENT_ACCEPTED)
-            await self._push(r.OK)
+            await self._answer_recipient(r.OK)
             return
         session.unknown_recipients += 1
         if session.unknown_recipients > self.options.max_unknown_recipients:
             log.warning("smtp_too_many_unknown_recipients", peer=session.peer_ip)
+            if self.observer is not None:
+                self.observer.recipient_answered(r.TOO_MANY_UNKNOWN_RCPTS)
             self.close_with(r.TOO_MANY_UNKNOWN_RCPTS)
             return
         session.envelope.recipients.clear()
         session.apply(Event.RECIPIENT_UNKNOWN)
-        await self._push(r.NO_SUCH_USER)
+        await self._answer_recipient(r.NO_SUCH_USER)
+
+    async def _answer_recipient(self, reply: Reply) -> None:
+        if self.observer is not None:
+            self.observer.recipient_answered(reply)
+        await self._push(reply)
 
     async def _data(self, arg: str | None) -> None:
         session = self.relay_session
@@ -370,6 +382,7 @@ class RelaySMTP(SMTP):
         session.new_envelope()
         if isinstance(content, Reply):
             session.apply(Event.DATA_FINISHED)
+            self._message_answered(content)
             await self._push(content)
             return
         envelope.content = content
@@ -379,6 +392,10 @@ class RelaySMTP(SMTP):
         await self._push(reply)
         if self.hub.shutting_down:
             self.close_with(r.SHUTTING_DOWN)
+
+    def _message_answered(self, reply: Reply) -> None:
+        if self.observer is not None:
+            self.observer.message_answered(reply)
 
     async def _deliver(self, envelope: Envelope) -> Reply:
         self._delivering = True
@@ -391,11 +408,15 @@ class RelaySMTP(SMTP):
             self._delivering = False
 
     async def _handle_envelope(self, envelope: Envelope) -> Reply:
+        """The handler's reply, told to the observer here, inside the shielded task: a client that hangs up after
+        the final dot does not hear it, but its message was delivered all the same."""
         try:
-            return await self.envelope_handler.handle_envelope(envelope, self.relay_session)
+            reply = await self.envelope_handler.handle_envelope(envelope, self.relay_session)
         except Exception:
             log.exception("message_handler_failed", peer=self.relay_session.peer_ip)
-            return r.LOCAL_ERROR
+            reply = r.LOCAL_ERROR
+        self._message_answered(reply)
+        return reply
 
     async def _rset(self, arg: str | None) -> None:
         if arg:

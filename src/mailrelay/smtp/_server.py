@@ -8,7 +8,7 @@ import ssl
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._hub import ConnectionHub
 from mailrelay.smtp._protocol import RelaySMTP
-from mailrelay.smtp._session import EnvelopeHandler, SenderPolicy, SmtpOptions
+from mailrelay.smtp._session import EnvelopeHandler, SenderPolicy, SmtpObserver, SmtpOptions
 
 
 class SmtpServer:
@@ -21,11 +21,13 @@ class SmtpServer:
         handler: EnvelopeHandler,
         tls_context: ssl.SSLContext | None,
         sender_policy: SenderPolicy | None = None,
+        observer: SmtpObserver | None = None,
     ) -> None:
         self.options = options
         self.handler = handler
         self.tls_context = tls_context
         self.sender_policy = sender_policy
+        self.observer = observer
         self.hub = ConnectionHub(max_per_ip=options.max_concurrent_per_ip, max_sessions=options.max_sessions)
         self._server: asyncio.Server | None = None
 
@@ -36,6 +38,7 @@ class SmtpServer:
             hub=self.hub,
             tls_context=self.tls_context,
             sender_policy=self.sender_policy,
+            observer=self.observer,
         )
 
     async def start(self, host: str, port: int) -> None:

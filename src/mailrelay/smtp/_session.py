@@ -1,6 +1,6 @@
 """SMTP session state: the spec's state table as an enum plus a transition table, the per-connection `Session`
-and per-message `Envelope` the server fills in, and the two hooks it calls out to (`EnvelopeHandler`,
-`SenderPolicy`)."""
+and per-message `Envelope` the server fills in, and the hooks it calls out to (`EnvelopeHandler`, `SenderPolicy`,
+`SmtpObserver`)."""
 
 from __future__ import annotations
 
@@ -122,3 +122,20 @@ class SenderPolicy(Protocol):
     """
 
     async def check_sender(self, *, peer_ip: str, helo: str, mail_from: str, tls: bool) -> Reply | None: ...
+
+
+class SmtpObserver(Protocol):
+    """Told of the replies the relay's metrics count (`mailrelay._metrics.RelayMetrics`); each call must be cheap and
+    never raise.
+
+    `session_refused`: the 421 a connection got for a session limit. `recipient_answered`: the reply to a RCPT TO
+    naming an address (250 accepted, 550 unknown, 421 too many unknown). `message_answered`: the final reply to a
+    message's data (after the final dot), whatever it is, told once decided (also when the client hung up before
+    it could be sent).
+    """
+
+    def session_refused(self, reply: Reply) -> None: ...
+
+    def recipient_answered(self, reply: Reply) -> None: ...
+
+    def message_answered(self, reply: Reply) -> None: ...

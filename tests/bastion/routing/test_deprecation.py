@@ -8,12 +8,10 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 from fastapi import HTTPException
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from structlog.testing import capture_logs
 
 from bastion import ConfigError, Deprecation, Service
-from tests.conftest import open_settings
+from tests.conftest import metric_samples, open_settings
 
 SUNSET = "2027-06-30T00:00:00Z"
 
@@ -125,31 +123,17 @@ class TestMiddleware:
 
 class TestMetric:
     async def test_version_counter_attributes(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-        reader = InMemoryMetricReader()
-        client = asgi_client(documents_service(), meter_provider=MeterProvider(metric_readers=[reader]))
+        client = asgi_client(documents_service())
         for path in ("/api/v1/documents", "/api/v1/documents", "/api/v2/documents", "/health"):
             await client.get(path)
-        data = reader.get_metrics_data()
-        assert data is not None
-        points = {
-            tuple(sorted(point.attributes.items())): point.value
-            for resource in data.resource_metrics
-            for scope in resource.scope_metrics
-            for metric in scope.metrics
-            if metric.name == "api.version.requests"
-            for point in metric.data.data_points
-        }
-        assert points == {
+        samples = metric_samples((await client.get("/metrics")).text)
+        assert {labels: value for (name, labels), value in samples.items() if name == "api_version_requests_total"} == {
             (("deprecated", "true"), ("replacement_version", "v2"), ("version", "v1")): 2,
-            (("deprecated", "false"), ("version", "v2")): 1,
+            (("deprecated", "false"), ("replacement_version", ""), ("version", "v2")): 1,
         }
 
     async def test_metrics_disabled_records_nothing(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
-        reader = InMemoryMetricReader()
         settings = open_settings(environ={"SERVICE_METRICS_ENABLED": "false"})
-        client = asgi_client(documents_service(), settings, meter_provider=MeterProvider(metric_readers=[reader]))
+        client = asgi_client(documents_service(), settings)
         await client.get("/api/v1/documents")
-        data = reader.get_metrics_data()
-        assert data is None or not any(
-            scope.metrics for resource in data.resource_metrics for scope in resource.scope_metrics
-        )
+        assert (await client.get("/metrics")).status_code == 404

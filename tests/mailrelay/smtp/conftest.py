@@ -26,12 +26,14 @@ async def make_server(
 
     async def make(**options: object) -> tuple[SmtpServer, Connect]:
         tls_context = options.pop("tls_context", None)
+        observer = options.pop("observer", None)
         settings: dict[str, object] = {"targets": frozenset({"inbox@example.test"}), "max_message_size": 10_000}
         settings.update(options)
         server = SmtpServer(
             options=SmtpOptions(**settings),  # type: ignore[arg-type]
             handler=handler,
             tls_context=tls_context,  # type: ignore[arg-type]
+            observer=observer,  # type: ignore[arg-type]
         )
         await server.start("127.0.0.1", 0)
         servers.append(server)

@@ -8,7 +8,7 @@ import httpx
 from structlog.testing import capture_logs
 
 from bastion import Service
-from bastion.middleware._access_log import mask_headers, mask_query
+from bastion.middleware._observe import mask_headers, mask_query
 from tests.conftest import open_settings
 
 
