@@ -73,6 +73,16 @@ class BastionApp:
         self.policy = self.security.policy
         self.token_auth = self.security.token_auth
         self.rate_limiting = self.security.rate_limiting
+        if (
+            self.token_auth is not None
+            and self.token_auth.revocations is not None
+            and self.rate_limiting is not None
+            and self.rate_limiting.checks_revocation
+            and not parts.slots.get(Slot.TOKEN_AUTH)
+        ):
+            # Token auth is followed directly by the distributed limiter: the revocation check rides in the
+            # limiter's round trip (one script instead of two commands per request).
+            self.token_auth.defer_revocation = True
         self.resilience = layers_from(parts.resilience, settings.middleware.resilience, metrics=self.metrics)
         self._check_grpc_layers()
         self._watcher: asyncio.Task[None] | None = None

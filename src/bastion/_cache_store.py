@@ -7,8 +7,8 @@ Both implementations fit :class:`CacheStore`. Every Redis error surfaces as
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple, Protocol
 
 import structlog
 
@@ -16,6 +16,20 @@ from bastion.config import CacheStoreSettings
 from bastion.errors import CacheStoreError
 
 log = structlog.get_logger("bastion.cache_store")
+
+
+class DeferredRevocation(NamedTuple):
+    """A token's revocation check, left by token auth to the distributed limiter so that the check and the
+    charge are one round trip to the cache store (both on, on Redis/Valkey).
+
+    ``key``: the ``jwt:revoked:{jti}`` key to test. ``check()``: the check on its own (raises TokenRevoked), for a
+    path that is not charged. ``revoked()``: the TokenRevoked (with its challenge) to raise when the combined call
+    finds the key.
+    """
+
+    key: str
+    check: Callable[[], Awaitable[None]]
+    revoked: Callable[[], Exception]
 
 
 class CacheStore(Protocol):

@@ -17,6 +17,7 @@ __all__ = [
     "RESPONSE_START",
     "SCOPE_API_VERSION",
     "SCOPE_CLAIMS",
+    "SCOPE_DEFERRED_REVOCATION",
     "SCOPE_GRPC_RESOURCE",
     "SCOPE_REQUEST_ID",
     "SCOPE_RESPONSE_HEADERS",
@@ -45,5 +46,8 @@ SCOPE_GRPC_RESOURCE = "bastion.grpc_resource"
 """Mapping: a gRPC call's resource attributes, from its method's resource extractor (policy reads them)."""
 SCOPE_CLAIMS = "bastion.claims"
 """auth.claims.Claims: the verified token claims (token auth)."""
+SCOPE_DEFERRED_REVOCATION = "bastion.deferred_revocation"
+"""_cache_store.DeferredRevocation: the revocation check token auth left to the distributed limiter, which makes
+it in the same round trip as the charge (taken out of the scope by the rate-limit step)."""
 H2_PROTOCOL_FACTORY = "bastion.h2_protocol_factory"
 """Key in the ASGI lifespan state: the callable the listener's sniffer hands HTTP/2 connections to (gRPC)."""

@@ -9,10 +9,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
 from bastion.testing import TokenMinter
+from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
+from examples.documents_api.proto.documents.v1 import documents_pb2_grpc as pb_grpc
 from tests.conftest import BastionProcess
 
 SLOW_SERVICE = ("slow_service:service", "--app-dir", "tests/e2e/apps")
@@ -178,3 +181,39 @@ def test_two_processes_share_one_distributed_limit(
         statuses = list(pool.map(call, urls))
     assert statuses.count(200) == limit
     assert statuses.count(429) == len(urls) - limit
+
+
+def test_distributed_limiter_with_revocation_one_round_trip_http_and_grpc(
+    bastion_process: Callable[..., BastionProcess], key_env: dict[str, str], minter: TokenMinter, valkey_url: str
+) -> None:
+    """The example with its cache store on Valkey and the distributed limiter: the revocation check rides in the
+    limiter's script; a revoked token is refused on HTTP and gRPC alike."""
+    env = {**key_env, "SERVICE_CACHE_STORE_URL": valkey_url, "SERVICE_RATE_LIMIT_DISTRIBUTED": "true"}
+    example = bastion_process(
+        "examples.documents_api:service", "--config", "examples/documents_api/config.toml", env=env
+    )
+    victim = minter.mint(sub="eve", roles=["user"], jti="e2e-distributed-revoked", ttl=600)
+    headers = {"authorization": f"Bearer {victim}"}
+    assert httpx.get(example.url + "/api/v2/documents", headers=headers).status_code == 200
+    admin = {"authorization": "Bearer " + minter.mint(sub="admin", roles=["admin"])}
+    revoked = httpx.post(
+        example.url + "/admin/revoke-token", json={"jti": "e2e-distributed-revoked", "reason": "r"}, headers=admin
+    )
+    assert revoked.status_code == 200
+    response = httpx.get(example.url + "/api/v2/documents", headers=headers)
+    assert (response.status_code, response.json()) == (
+        401,
+        {"error": "Token has been revoked", "code": "TOKEN_REVOKED", "status": 401},
+    )
+    assert 'error="invalid_token"' in response.headers["www-authenticate"]
+    with grpc.insecure_channel(f"127.0.0.1:{example.port}") as channel:
+        stub = pb_grpc.DocumentServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ListDocuments(pb.ListDocumentsRequest(), metadata=[("authorization", f"Bearer {victim}")], timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert (info.value.details() or "").startswith("TOKEN_REVOKED")
+        fresh = minter.mint(sub="eve", roles=["user"], jti="e2e-distributed-fresh", ttl=600)
+        reply = stub.ListDocuments(
+            pb.ListDocumentsRequest(limit=1), metadata=[("authorization", f"Bearer {fresh}")], timeout=10
+        )
+        assert len(reply.items) == 1

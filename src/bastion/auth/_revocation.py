@@ -28,10 +28,15 @@ class Revocations:
 
     async def check(self, claims: Claims) -> None:
         """Raise TokenRevoked for a revoked ``jti``; InvalidToken when the token has none (fail closed)."""
+        if await self.store.exists(self.key_for(claims)):
+            raise TokenRevoked()
+
+    @staticmethod
+    def key_for(claims: Claims) -> str:
+        """The key to test for ``claims``; InvalidToken when the token has no ``jti`` (fail closed)."""
         if not claims.jti:
             raise InvalidToken("token has no jti, which revocation requires")
-        if await self.store.exists(revocation_key(claims.jti)):
-            raise TokenRevoked()
+        return revocation_key(claims.jti)
 
     async def revoke(self, jti: str, reason: str, expires_at: float | datetime) -> None:
         """Revoke ``jti`` until ``expires_at`` (the token's ``exp``, Unix seconds or an aware datetime).

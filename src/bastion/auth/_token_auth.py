@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import structlog
 
+from bastion._cache_store import DeferredRevocation
 from bastion._claims import Claims
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.auth._bearer import bearer_token, challenge
@@ -17,8 +18,8 @@ from bastion.auth._paseto import PasetoVerifier
 from bastion.auth._paths import PathRules
 from bastion.auth._revocation import Revocations
 from bastion.config import TokenSettings
-from bastion.errors import TokenError
-from bastion.types import SCOPE_CLAIMS, ASGIApp, Receive, Scope, Send
+from bastion.errors import TokenError, TokenRevoked
+from bastion.types import SCOPE_CLAIMS, SCOPE_DEFERRED_REVOCATION, ASGIApp, Receive, Scope, Send
 
 AUTHORIZATION = b"authorization"
 _GUARDED = frozenset({"http", "websocket"})
@@ -60,9 +61,14 @@ class TokenAuth:
         )
         self.revocations = revocations if settings.revocation_enabled else None
         self.realm = realm.replace('"', "")
+        self.defer_revocation = False
+        """Set by the app when the next step is the distributed limiter on Redis/Valkey: the revocation check is
+        then left in the scope (SCOPE_DEFERRED_REVOCATION) and made in the limiter's round trip."""
 
-    async def authenticate(self, values: list[bytes]) -> Claims:
-        """Verified claims from exactly one ``Bearer`` value; TokenError with its challenge otherwise."""
+    async def authenticate(self, values: list[bytes], scope: Scope | None = None) -> Claims:
+        """Verified claims from exactly one ``Bearer`` value; TokenError with its challenge otherwise.
+
+        With ``defer_revocation`` and a ``scope``, the revocation check is put in the scope for the limiter."""
         try:
             token = bearer_token(values, max_token_bytes=self.settings.max_token_bytes, realm=self.realm)
         except TokenError as exc:
@@ -70,14 +76,33 @@ class TokenAuth:
             raise
         try:
             claims = await self.tokens.claims(token)
-            if self.revocations is not None:
-                await self.revocations.check(claims)
+            revocations = self.revocations
+            if revocations is not None:
+                if self.defer_revocation and scope is not None:
+                    scope[SCOPE_DEFERRED_REVOCATION] = self._deferred(revocations.key_for(claims), claims)
+                else:
+                    await revocations.check(claims)
         except TokenError as exc:
-            self.metrics.token_rejected(exc.code)
-            description = exc.detail.replace('"', "'")
-            exc.headers.append(challenge(self.realm, "invalid_token", description))
-            raise
+            raise self._rejected(exc) from None
         return claims
+
+    def _rejected(self, exc: TokenError) -> TokenError:
+        self.metrics.token_rejected(exc.code)
+        description = exc.detail.replace('"', "'")
+        exc.headers.append(challenge(self.realm, "invalid_token", description))
+        return exc
+
+    def _deferred(self, key: str, claims: Claims) -> DeferredRevocation:
+        revocations = self.revocations
+        assert revocations is not None
+
+        async def check() -> None:
+            try:
+                await revocations.check(claims)
+            except TokenError as exc:
+                raise self._rejected(exc) from None
+
+        return DeferredRevocation(key=key, check=check, revoked=lambda: self._rejected(TokenRevoked()))
 
     def layer(self, app: ASGIApp) -> ASGIApp:
         return TokenAuthMiddleware(app, auth=self)
@@ -87,7 +112,7 @@ class TokenAuth:
         method = scope["path"]
         if any(method == prefix or method.startswith(prefix + "/") for prefix in self.rules.public_prefixes):
             return
-        claims = await self.authenticate([value for name, value in scope["headers"] if name == AUTHORIZATION])
+        claims = await self.authenticate([value for name, value in scope["headers"] if name == AUTHORIZATION], scope)
         scope[SCOPE_CLAIMS] = claims
         if claims.sub is not None:
             structlog.contextvars.bind_contextvars(sub=claims.sub)
@@ -112,7 +137,9 @@ class TokenAuthMiddleware:
         if scope["type"] not in _GUARDED or not self.rules.requires_token(scope["path"]) or _is_preflight(scope):
             await self.app(scope, receive, send)
             return
-        claims = await self.auth.authenticate([value for name, value in scope["headers"] if name == AUTHORIZATION])
+        claims = await self.auth.authenticate(
+            [value for name, value in scope["headers"] if name == AUTHORIZATION], scope
+        )
         scope[SCOPE_CLAIMS] = claims
         if claims.sub is None:
             await self.app(scope, receive, send)

@@ -1,6 +1,7 @@
 """The distributed limiter: GCRA buckets in the cache store, shared by every instance.
 
-On Redis/Valkey each charge is one round trip: an atomic Lua script (``EVALSHA``, loaded again by
+On Redis/Valkey each charge is one round trip (with token revocation on, the revocation check rides in the same
+script: ``charge_unless_revoked``): an atomic Lua script (``EVALSHA``, loaded again by
 redis-py if the server lost it) that reads the bucket, decides, and writes it back with an expiry of the
 time until the bucket is full again (at most ``window_secs`` when the burst is the per-window limit). The
 script takes the time from the server (``TIME``), so instances with skewed clocks still share one limit.
@@ -46,6 +47,12 @@ local ttl_ms = math.max(1, math.ceil((new_tat - now) / 1000))
 redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', ttl_ms)
 return {1, math.floor((now - allow_at) / interval), 0, new_tat - now, now}
 """
+# The same with a revocation check first, so that token revocation and the limiter cost one round trip:
+# KEYS[2] = jwt:revoked:{jti}; a revoked token returns {-1, ...} and charges nothing.
+REVOKED = -1
+GCRA_UNLESS_REVOKED_SCRIPT = (
+    "if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, 0, 0, 0, 0} end\n" + GCRA_SCRIPT.lstrip("\n")
+)
 
 
 class DistributedLimiter:
@@ -67,19 +74,41 @@ class DistributedLimiter:
             from redis.exceptions import RedisError
 
             self._script = store.client.register_script(GCRA_SCRIPT)
+            self._script_unless_revoked = store.client.register_script(GCRA_UNLESS_REVOKED_SCRIPT)
             self._errors = (RedisError, OSError, asyncio.TimeoutError)
+
+    @property
+    def shared(self) -> bool:
+        """On Redis/Valkey: each charge (with a revocation check or not) is one atomic round trip."""
+        return self._script is not None
 
     async def charge(self, bucket: Bucket) -> Outcome:
         if self._script is None:
             return await self._charge_generic(bucket)
+        outcome = await self._run(self._script, [bucket.key], bucket)
+        assert outcome is not None
+        return outcome
+
+    async def charge_unless_revoked(self, bucket: Bucket, revocation_key: str) -> Outcome | None:
+        """None when ``revocation_key`` exists (the token is revoked; nothing is charged), else the charge's
+        outcome: on Redis/Valkey in one round trip (one script)."""
+        if self._script is None:
+            if await self.store.exists(revocation_key):  # CacheStoreError propagates: fail closed
+                return None
+            return await self._charge_generic(bucket)
+        return await self._run(self._script_unless_revoked, [bucket.key, revocation_key], bucket)
+
+    async def _run(self, script: Any, keys: list[str], bucket: Bucket) -> Outcome | None:
         quota = bucket.quota
         interval_us = max(1, round(quota.interval_secs * MICROS))
         try:
-            reply = await self._script(keys=[bucket.key], args=[interval_us, quota.burst])
+            reply = await script(keys=keys, args=[interval_us, quota.burst])
         except self._errors as exc:
             raise self._failed(exc) from exc
         self._recovered()
         allowed, remaining, retry_after_us, reset_after_us, now_us = (int(value) for value in reply)
+        if allowed == REVOKED:
+            return None
         return Outcome(
             bool(allowed), quota.limit, remaining, retry_after_us / MICROS, (now_us + reset_after_us) / MICROS
         )

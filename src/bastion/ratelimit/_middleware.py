@@ -5,11 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from bastion._audit import Auditor
+from bastion._cache_store import DeferredRevocation
 from bastion._health import ALWAYS_PUBLIC
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.errors import RateLimitExceeded
 from bastion.ratelimit._buckets import LimiterStore, Outcome, RuleSet
-from bastion.types import RESPONSE_START, SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
+from bastion.types import (
+    RESPONSE_START,
+    SCOPE_DEFERRED_REVOCATION,
+    SCOPE_RESPONSE_HEADERS,
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+)
 
 DENIED_EVENT = "HttpRequestDenied"
 DENIED_EVENT_TYPE = "http.request.denied"
@@ -37,7 +47,19 @@ async def charge(
     A cache-store failure propagates as CacheStoreError, without an audit event.
     """
     bucket = rules.bucket_for(scope, trust_forwarded=trust_forwarded)
-    outcome = await store.charge(bucket)
+    deferred: DeferredRevocation | None = scope.pop(SCOPE_DEFERRED_REVOCATION, None)
+    if deferred is None:
+        outcome = await store.charge(bucket)
+    else:
+        combined = getattr(store, "charge_unless_revoked", None)
+        if combined is None:
+            await deferred.check()
+            outcome = await store.charge(bucket)
+        else:
+            charged = await combined(bucket, deferred.key)
+            if charged is None:
+                raise deferred.revoked()
+            outcome = charged
     if not outcome.allowed:
         metrics.rate_limited(bucket_kind(bucket.key))
         if auditor is not None:
@@ -90,6 +112,9 @@ class RateLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = RESPONSE_START.get(scope["type"])
         if start is None or scope["path"] in self.exempt_paths:
+            deferred = scope.pop(SCOPE_DEFERRED_REVOCATION, None)
+            if deferred is not None:  # never the case today (token auth skips these paths too): check it alone
+                await deferred.check()
             await self.app(scope, receive, send)
             return
         outcome = await charge(

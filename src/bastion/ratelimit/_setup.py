@@ -55,6 +55,12 @@ class RateLimiting:
         """Buckets in ``cache_store`` (Redis/Valkey: shared by all instances, one round trip per request)."""
         return cls(settings, store=DistributedLimiter(cache_store), auditor=auditor, metrics=metrics)
 
+    @property
+    def checks_revocation(self) -> bool:
+        """Whether a revocation check left in the scope (SCOPE_DEFERRED_REVOCATION) is made in the same round trip
+        as the charge: the distributed limiter on Redis/Valkey."""
+        return isinstance(self.store, DistributedLimiter) and self.store.shared
+
     async def check_call(self, scope: Scope) -> None:
         """Charge one gRPC call (scope ``method`` POST, ``path`` the method); raises RateLimitExceeded (its
         headers become trailing metadata) or CacheStoreError."""
