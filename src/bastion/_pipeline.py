@@ -4,11 +4,13 @@ Every HTTP request and WebSocket handshake passes the steps below, top to bottom
 steps that carry a gRPC check (token auth, rate limit, policy, resilience), in the same order. A step that
 is switched off is simply not in the list: there is no other way to turn a layer off.
 
-    request_id          x-request-id kept if sane, else generated; on every response and log line
+    request_id          x-request-id kept if sane, else generated; on every response and log line. The one
+                        place response headers are added: the id, the security headers (nosniff, frame
+                        denial, referrer policy, HSTS over TLS; [middleware.security_headers]) and what later
+                        steps ask for in the scope (rate-limit quota, deprecation)
     observe             request metrics, the server span, the access log line, the public /metrics
                         endpoint ([metrics], [tracing], [middleware.access_log])
     panic_recovery      an exception escaping the outer steps -> logged 500 in the error shape
-    security_headers    nosniff, frame denial, referrer policy, HSTS over TLS        ([middleware.security_headers])
     cors                preflights answered here, never reach auth                    (on when origins are set)
     error_rendering     errors raised further in -> {"error","code","status"}
     path_normalization  merge //, resolve ./.. once: every later step sees one path
@@ -42,7 +44,6 @@ from bastion.middleware._errors import ErrorRenderingMiddleware, PanicRecoveryMi
 from bastion.middleware._limits import BodyLimitMiddleware, TimeoutMiddleware
 from bastion.middleware._observe import ObserveMiddleware
 from bastion.middleware._request_id import RequestIdMiddleware
-from bastion.middleware._security_headers import SecurityHeadersMiddleware
 from bastion.routing._deprecation_middleware import DeprecationMiddleware
 from bastion.routing._paths import PathNormalizationMiddleware
 from bastion.routing._resolve import RouteResolutionMiddleware, RouteTable
@@ -99,7 +100,7 @@ def pipeline(
     """The steps for these settings, outermost first (the order in the module docstring)."""
     middleware = settings.middleware
     listed: list[Step | None] = [
-        Step("request_id", RequestIdMiddleware),
+        Step("request_id", partial(RequestIdMiddleware, security=middleware.security_headers)),
         Step(
             "observe",
             partial(
@@ -116,9 +117,6 @@ def pipeline(
         if metrics.enabled or middleware.access_log.enabled or tracer is not None
         else None,
         Step("panic_recovery", PanicRecoveryMiddleware),
-        Step("security_headers", partial(SecurityHeadersMiddleware, settings=middleware.security_headers))
-        if middleware.security_headers.enabled
-        else None,
         Step("cors", partial(CorsMiddleware, settings=middleware.cors)) if cors_enabled(middleware.cors) else None,
         Step("error_rendering", ErrorRenderingMiddleware),
         Step("path_normalization", PathNormalizationMiddleware),

@@ -15,7 +15,6 @@ BASE = [
     "request_id",
     "observe",
     "panic_recovery",
-    "security_headers",
     "error_rendering",
     "path_normalization",
     "timeout",
@@ -87,7 +86,7 @@ def test_switched_off_layers_are_not_in_the_list(secured_env: dict[str, str]) ->
 
 def test_cors_is_listed_once_an_origin_is_set() -> None:
     listed = names({"SERVICE_TOKEN_ENABLED": "false", "SERVICE_MIDDLEWARE_CORS_ALLOW_ORIGINS": "https://app.example"})
-    assert listed[:5] == ["request_id", "observe", "panic_recovery", "security_headers", "cors"]
+    assert listed[:4] == ["request_id", "observe", "panic_recovery", "cors"]
 
 
 def test_observe_stays_for_metrics_when_the_access_log_is_off() -> None:

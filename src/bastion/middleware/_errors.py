@@ -29,7 +29,7 @@ from bastion.errors import (
     ValidationFailed,
     render,
 )
-from bastion.types import SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
+from bastion.types import ASGIApp, Message, Receive, Scope, Send
 from bastion_core import BulkheadFullError, CircuitOpenError
 
 log = structlog.get_logger("bastion.errors")
@@ -112,12 +112,13 @@ def _phrase(status: int) -> str:
 
 
 async def send_error(send: Send, error: BastionError, scope: Scope) -> None:
-    """Send ``error`` as a complete JSON response, with the headers the request asked every response to carry.
+    """Send ``error`` as a complete JSON response (the headers the request asked every response to carry,
+    ``scope[SCOPE_RESPONSE_HEADERS]``, are added by the request-id step, as on any response).
 
     A WebSocket handshake gets the same HTTP response instead of ``101`` (ASGI's ``websocket.http.response``
     extension; a server without it refuses the handshake with its own 403).
     """
-    status, headers, body = render(error, scope.get(SCOPE_RESPONSE_HEADERS, ()))
+    status, headers, body = render(error)
     websocket = scope["type"] == "websocket"
     if websocket and _DENIAL_EXTENSION not in (scope.get("extensions") or {}):
         await send({"type": "websocket.close", "code": 1008})  # the server refuses the handshake itself

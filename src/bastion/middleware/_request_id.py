@@ -1,4 +1,6 @@
-"""Request ids: keep a sane incoming ``x-request-id``, else generate one; echo it and bind it to logs."""
+"""Request ids: keep a sane incoming ``x-request-id``, else generate one; echo it and bind it to logs. And the one
+place where response headers are added: the request id, the headers layers further in asked for (rate-limit
+quota, deprecation; ``scope[SCOPE_RESPONSE_HEADERS]``) and the security headers, in one ``send`` wrapper."""
 
 from __future__ import annotations
 
@@ -7,7 +9,19 @@ import re
 
 import structlog
 
-from bastion.types import RESPONSE_START, SCOPE_REQUEST_ID, ASGIApp, Message, Receive, Scope, Send
+from bastion.config import SecurityHeadersSettings
+from bastion.middleware._security_headers import security_headers
+from bastion.types import (
+    RESPONSE_START,
+    SCOPE_REQUEST_ID,
+    SCOPE_RESPONSE_HEADERS,
+    ASGIApp,
+    Headers,
+    Message,
+    Receive,
+    Scope,
+    Send,
+)
 
 HEADER = b"x-request-id"
 MAX_LENGTH = 128
@@ -34,15 +48,23 @@ def incoming_request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 
 class RequestIdMiddleware:
-    """Give every HTTP request an id.
+    """Give every HTTP request an id, and every response its headers.
 
     Writes scope[SCOPE_REQUEST_ID], binds ``request_id`` into structlog's context for every log line of
     the request, and sets ``x-request-id`` on every response (replacing one the handler set).
     Outermost layer: everything inside, rejections included, carries the id.
+
+    The same wrapper adds what layers further in put in ``scope[SCOPE_RESPONSE_HEADERS]`` (the rate-limit quota,
+    the deprecation headers: they do not wrap ``send`` themselves) and, with ``security``, the security headers
+    (nosniff, frame denial, referrer policy, optional CSP; HSTS only on requests that arrived over TLS, RFC 6797
+    7.2), each unless the response already has it. One wrapper per request instead of one per layer.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, security: SecurityHeadersSettings | None = None) -> None:
         self.app = app
+        plain, tls = security_headers(security) if security is not None and security.enabled else ([], [])
+        self.plain: Headers = plain
+        self.secure: Headers = plain + tls
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -53,9 +75,17 @@ class RequestIdMiddleware:
         raw = request_id.encode("ascii")
         start = RESPONSE_START[scope["type"]]
 
+        protective = self.secure if scope.get("scheme") in ("https", "wss") else self.plain
+
         async def send_with_id(message: Message) -> None:
             if message["type"] == start:
                 headers = [h for h in message.get("headers", ()) if h[0].lower() != HEADER]
+                asked = scope.get(SCOPE_RESPONSE_HEADERS)
+                if asked:
+                    headers.extend(asked)
+                if protective:
+                    present = {name.lower() for name, _ in headers}
+                    headers.extend(h for h in protective if h[0] not in present)
                 headers.append((HEADER, raw))
                 message["headers"] = headers
             await send(message)

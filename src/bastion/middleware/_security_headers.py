@@ -1,9 +1,10 @@
-"""Security headers on every response: nosniff, frame denial, referrer policy, HSTS over TLS, optional CSP."""
+"""Security headers on every response: nosniff, frame denial, referrer policy, HSTS over TLS, optional CSP (added by
+the request-id step, the one place response headers are added: ``_request_id.RequestIdMiddleware``)."""
 
 from __future__ import annotations
 
 from bastion.config import SecurityHeadersSettings
-from bastion.types import RESPONSE_START, ASGIApp, Headers, Message, Receive, Scope, Send
+from bastion.types import Headers
 
 
 def security_headers(settings: SecurityHeadersSettings) -> tuple[Headers, Headers]:
@@ -20,33 +21,3 @@ def security_headers(settings: SecurityHeadersSettings) -> tuple[Headers, Header
         value = f"max-age={settings.hsts_max_age}" + ("; includeSubDomains" if settings.hsts_include_subdomains else "")
         tls.append((b"strict-transport-security", value.encode("latin-1")))
     return headers, tls
-
-
-class SecurityHeadersMiddleware:
-    """Add the configured security headers to every HTTP response (and refused WebSocket handshake), unless the
-    handler set its own.
-
-    HSTS only on requests that arrived over TLS (RFC 6797 7.2: never over plain HTTP).
-    """
-
-    def __init__(self, app: ASGIApp, *, settings: SecurityHeadersSettings) -> None:
-        self.app = app
-        self.plain, tls = security_headers(settings)
-        self.secure = self.plain + tls
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        start = RESPONSE_START.get(scope["type"])
-        if start is None:
-            await self.app(scope, receive, send)
-            return
-        extra = self.secure if scope.get("scheme") in ("https", "wss") else self.plain
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == start:
-                headers = list(message.get("headers", ()))
-                present = {name.lower() for name, _ in headers}
-                headers.extend(h for h in extra if h[0] not in present)
-                message["headers"] = headers
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)

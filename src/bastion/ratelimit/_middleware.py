@@ -15,7 +15,6 @@ from bastion.types import (
     SCOPE_DEFERRED_REVOCATION,
     SCOPE_RESPONSE_HEADERS,
     ASGIApp,
-    Message,
     Receive,
     Scope,
     Send,
@@ -110,8 +109,7 @@ class RateLimitMiddleware:
         self.exempt_paths = frozenset(exempt_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        start = RESPONSE_START.get(scope["type"])
-        if start is None or scope["path"] in self.exempt_paths:
+        if scope["type"] not in RESPONSE_START or scope["path"] in self.exempt_paths:
             deferred = scope.pop(SCOPE_DEFERRED_REVOCATION, None)
             if deferred is not None:  # never the case today (token auth skips these paths too): check it alone
                 await deferred.check()
@@ -125,12 +123,7 @@ class RateLimitMiddleware:
             auditor=self.auditor,
             metrics=self.metrics,
         )
-        extra = outcome.raw_headers()
-        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *extra]
-
-        async def send_with_quota(message: Message) -> None:
-            if message["type"] == start:
-                message["headers"] = [*message.get("headers", ()), *extra]
-            await send(message)
-
-        await self.app(scope, receive, send_with_quota)
+        # The quota headers go on every response of the request, errors raised further in included; the
+        # request-id step adds them (the one place response headers are added).
+        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *outcome.raw_headers()]
+        await self.app(scope, receive, send)

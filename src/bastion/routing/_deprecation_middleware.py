@@ -7,7 +7,7 @@ import structlog
 
 from bastion._metrics import Metrics
 from bastion.routing._versioned import VersionedApi
-from bastion.types import SCOPE_API_VERSION, SCOPE_RESPONSE_HEADERS, ASGIApp, Message, Receive, Scope, Send
+from bastion.types import SCOPE_API_VERSION, SCOPE_RESPONSE_HEADERS, ASGIApp, Receive, Scope, Send
 
 log = structlog.get_logger("bastion.deprecation")
 
@@ -56,12 +56,6 @@ class DeprecationMiddleware:
             sunset_date=deprecation.sunset_rfc3339,
             message=deprecation.message,
         )
-        extra = self.api.deprecation_headers(version)
-        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *extra]
-
-        async def send_with_deprecation(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *extra]
-            await send(message)
-
-        await self.app(scope, receive, send_with_deprecation)
+        # On every response of the request, errors included; the request-id step adds them.
+        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *self.api.deprecation_headers(version)]
+        await self.app(scope, receive, send)
