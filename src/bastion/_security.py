@@ -202,6 +202,13 @@ class Security:
                 "optional": settings.broker.optional,
                 "lazy_init": settings.broker.lazy_init,
             }
+        metrics = "off"
+        if settings.metrics.enabled:
+            where = settings.metrics
+            if where.port is not None:
+                metrics = f"port {where.port} {where.path}"
+            else:
+                metrics = f"{'public' if where.public else 'token'} {where.path}"
         grpc = "off"
         if settings.grpc.enabled:
             grpc = f"separate_port:{settings.grpc.port}" if settings.grpc.use_separate_port else "same_port"
@@ -211,6 +218,7 @@ class Security:
             rate_limit=limit_fields,
             revocation=revocation,
             broker=broker,
+            metrics=metrics,
             grpc=grpc,
             grpc_services=grpc_services,
             tls=settings.service.tls_cert_path is not None,
@@ -236,6 +244,8 @@ class Posture:
     revocation: str
     grpc: str
     broker: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
+    metrics: str = "off"
+    """``public <path>``, ``token <path>`` (behind token auth and policy), ``port <n> <path>`` or ``off``."""
     grpc_services: int = 0
     tls: bool = False
     custom_layers: dict[str, int] = field(default_factory=dict)
@@ -251,6 +261,7 @@ class Posture:
             "revocation": self.revocation,
             "broker": self.broker,
             "grpc": self.grpc,
+            "metrics": self.metrics,
             "tls": self.tls,
         }
         if self.custom_layers:
@@ -309,6 +320,7 @@ class Posture:
                 else "off"
             ),
             f"grpc: {self.grpc.replace('_', ' ')}",
+            f"metrics: {self.metrics}",
             f"tls: {'on' if self.tls else 'off'}",
         ]
         for layer in self.resilience:

@@ -308,6 +308,7 @@ class TestPosture:
             "revocation": "memory",
             "broker": {"enabled": False},
             "grpc": "same_port",
+            "metrics": "public /metrics",
             "tls": False,
         }
         assert posture.lines()[:2] == [
@@ -315,6 +316,21 @@ class TestPosture:
             "/api/v1/openapi.json",
             f"policy: {policies}, 2 statements, fail_open = false, hot reload off",
         ]
+
+    @pytest.mark.parametrize(
+        ("environ", "expected"),
+        [
+            ({}, "public /metrics"),
+            ({"SERVICE_METRICS_PUBLIC": "false"}, "token /metrics"),
+            ({"SERVICE_METRICS_PORT": "9464", "SERVICE_METRICS_PATH": "/m"}, "port 9464 /m"),
+            ({"SERVICE_METRICS_ENABLED": "false"}, "off"),
+        ],
+    )
+    def test_posture_says_where_metrics_are(self, environ: dict[str, str], expected: str) -> None:
+        settings = load_settings(environ={"SERVICE_TOKEN_ENABLED": "false", **environ})
+        posture = Security.from_settings(settings, realm="x").posture()
+        assert posture.metrics == expected
+        assert f"metrics: {expected}" in posture.lines()
 
     def test_posture_says_when_token_auth_is_off(self) -> None:
         posture = Security.from_settings(load_settings(environ={"SERVICE_TOKEN_ENABLED": "false"}), realm="x").posture()
