@@ -58,6 +58,8 @@ TARGETS = (
     Target(row="bastion-secured", against="peer-stack", factor=2.0),
     Target(row="bastion-open", against="fastapi", factor=0.9),
     Target(row="mailrelay (4 conn)", against="aiosmtpd (4 conn)", factor=0.5),
+    # issue 19: the distributed secured row at least 0.6x the local one
+    Target(row="bastion-secured-distributed", against="bastion-secured", factor=0.6),
     # issue 16: the access log costs at most 10% of the secured row
     Target(row="bastion-secured access-log", against="bastion-secured", factor=0.9),
 )

@@ -266,8 +266,8 @@ def bastion_secured_distributed(ws: Workspace) -> Iterator[Target]:
                 trips = scripts[-1] - scripts[-2] if len(scripts) >= 2 else 0
                 per = max(requests, 1)
                 return (
-                    f"{used / per:.1f} Valkey commands/request ({trips / per:.1f} EVALSHA round trips; "
-                    "the script's own EXISTS/TIME/GET/SET count too)"
+                    f"{used / per:.1f} Valkey commands/request ({trips / per:.1f} EVALSHA, pipelined with the other "
+                    "requests' in flight; the script's own EXISTS/TIME/GET/SET count too)"
                 )
 
             target.counter = count

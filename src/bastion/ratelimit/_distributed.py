@@ -75,6 +75,7 @@ class DistributedLimiter:
 
             self._script = store.client.register_script(GCRA_SCRIPT)
             self._script_unless_revoked = store.client.register_script(GCRA_UNLESS_REVOKED_SCRIPT)
+            self._batch = ScriptBatch(store.client)
             self._errors = (RedisError, OSError, asyncio.TimeoutError)
 
     @property
@@ -102,7 +103,7 @@ class DistributedLimiter:
         quota = bucket.quota
         interval_us = max(1, round(quota.interval_secs * MICROS))
         try:
-            reply = await script(keys=keys, args=[interval_us, quota.burst])
+            reply = await self._batch.call(script, keys, [interval_us, quota.burst])
         except self._errors as exc:
             raise self._failed(exc) from exc
         self._recovered()
@@ -134,6 +135,80 @@ class DistributedLimiter:
         if self._down:
             self._down = False
             log.info("rate_limit_store_recovered")
+
+
+class ScriptBatch:
+    """Auto-pipelining of script calls: the calls made during one event-loop iteration (the requests in flight
+    reaching the limiter together) go to the server as one pipeline, one write and one read on one pooled
+    connection, instead of a connection checkout, a write and a read each. redis-py's client costs about 55-80 us
+    of CPU per call here; a batch of n costs about that once plus a few us per call.
+
+    Each call still gets its own reply or error: a script error fails that call only; a connection error or a
+    timeout fails every call of the batch (the limiter turns it into CacheStoreError: fail closed). A script the
+    server does not have (NOSCRIPT: a restarted Valkey) is loaded and the call retried alone, as redis-py's
+    ``Script`` does. A caller that gives up (its request timed out) just stops waiting.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._pending: list[tuple[Any, list[str], list[int], asyncio.Future[Any]]] = []
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def call(self, script: Any, keys: list[str], args: list[int]) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((script, keys, args, future))
+        return future
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[tuple[Any, list[str], list[int], asyncio.Future[Any]]]) -> None:
+        from redis.exceptions import NoScriptError
+
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for script, keys, args, _ in batch:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:  # connection lost, timeout, cancelled: every call of the batch fails
+            for *_, future in batch:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (script, keys, args, future), reply in zip(batch, replies, strict=True):
+            if future.done():
+                continue
+            if isinstance(reply, NoScriptError):
+                self._retry(script, keys, args, future)
+            elif isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
+
+    def _retry(self, script: Any, keys: list[str], args: list[int], future: asyncio.Future[Any]) -> None:
+        """The call alone through redis-py's Script, which loads the script first."""
+
+        async def again() -> None:
+            try:
+                reply = await script(keys=keys, args=args)
+            except Exception as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                return
+            if not future.done():
+                future.set_result(reply)
+
+        task = asyncio.get_running_loop().create_task(again())
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
 
 def _parse_tat(raw: bytes | None) -> float | None:

@@ -103,6 +103,74 @@ class TestOnValkey:
         assert not (await limiter.charge(bucket)).allowed
 
 
+class TestAutoPipelining:
+    """Script calls made in one event-loop iteration share one pipeline; each still gets its own answer."""
+
+    async def test_concurrent_charges_go_in_one_pipeline_and_exactly_the_burst_passes(
+        self, store: RedisCacheStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        limiter = DistributedLimiter(store)
+        bucket = Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(5))
+        await limiter.charge(Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(5)))  # loads it
+        pipelines = 0
+        make_pipeline = store.client.pipeline
+
+        def counting_pipeline(*args: Any, **kwargs: Any) -> Any:
+            nonlocal pipelines
+            pipelines += 1
+            return make_pipeline(*args, **kwargs)
+
+        monkeypatch.setattr(store.client, "pipeline", counting_pipeline)
+        outcomes = await asyncio.gather(*(limiter.charge(bucket) for _ in range(20)))
+        assert pipelines == 1
+        assert [o.allowed for o in outcomes] == [True] * 5 + [False] * 15
+        assert [o.remaining for o in outcomes[:5]] == [4, 3, 2, 1, 0]
+
+    async def test_a_script_flush_under_concurrency_is_survived(self, store: RedisCacheStore) -> None:
+        limiter = DistributedLimiter(store)
+        bucket = Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(3))
+        await limiter.charge(Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(3)))
+        await store.client.script_flush()
+        outcomes = await asyncio.gather(*(limiter.charge(bucket) for _ in range(6)))
+        assert sorted(o.allowed for o in outcomes) == [False, False, False, True, True, True]
+
+    async def test_a_failed_call_fails_alone(self, store: RedisCacheStore) -> None:
+        from redis.exceptions import ResponseError
+
+        limiter = DistributedLimiter(store)
+        good = Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(3))
+        await limiter.charge(good)
+        wrong_type = unique("wrong")
+        await store.client.lpush(wrong_type, "x")  # GET on a list fails inside the script
+        bad = Bucket(key=wrong_type, quota=Quota.per_minute(3))
+        results = await asyncio.gather(limiter.charge(good), limiter.charge(bad), return_exceptions=True)
+        assert results[0].allowed is True  # type: ignore[union-attr]
+        assert isinstance(results[1], CacheStoreError)
+        assert isinstance(results[1].__cause__, ResponseError)
+
+    async def test_a_caller_that_gives_up_leaves_the_others_answered(self, store: RedisCacheStore) -> None:
+        limiter = DistributedLimiter(store)
+        bucket = Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(10))
+        await limiter.charge(bucket)
+        doomed = asyncio.ensure_future(limiter.charge(bucket))
+        kept = asyncio.ensure_future(limiter.charge(bucket))
+        await asyncio.sleep(0)
+        doomed.cancel()
+        outcome = await kept
+        assert outcome.allowed
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+
+    async def test_an_outage_fails_every_call_of_the_batch(self, dead_redis_url: str) -> None:
+        store = RedisCacheStore(dead_redis_url)
+        limiter = DistributedLimiter(store)
+        bucket = Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(10))
+        with capture_logs():
+            results = await asyncio.gather(*(limiter.charge(bucket) for _ in range(5)), return_exceptions=True)
+        await store.close()
+        assert [type(result) for result in results] == [CacheStoreError] * 5
+
+
 class TestThroughTheApp:
     async def test_key_shapes(self, asgi_client: Client, valkey_url: str, store: RedisCacheStore) -> None:
         user = unique()
