@@ -58,8 +58,8 @@ proto: install
 		--grpclib_python_out=. --grpc_python_out=. \
 		$(PROTO_DIR)/documents/v1/documents.proto
 
-# Benchmarks (bench/README.md): wrk from Debian packages when missing and apt-get can run, else the
-# Python load generator (bench/pyload.py). `bench` writes bench/results/<date>.md; `bench-quick` only prints.
+# Benchmarks (bench/README.md): wrk and h2load (nghttp2-client) from Debian packages when missing and apt-get
+# can run, else the Python load generators (bench/pyload.py, bench/grpcload.py's grpc.aio client). `bench` writes bench/results/<date>.md; `bench-quick` only prints.
 BENCH_STAMP := $(VENV)/.installed-bench
 .PHONY: bench bench-quick bench-tools
 
@@ -73,6 +73,13 @@ bench-tools: install $(BENCH_STAMP)
 			(apt-get update -qq && apt-get install -y -qq wrk) >/dev/null 2>&1 || true; \
 		fi; \
 		command -v wrk >/dev/null 2>&1 || echo "make bench: wrk unavailable; HTTP rows use bench/pyload.py"; \
+	}
+	@command -v h2load >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(apt-get install -y -qq nghttp2-client || (apt-get update -qq && apt-get install -y -qq nghttp2-client)) \
+				>/dev/null 2>&1 || true; \
+		fi; \
+		command -v h2load >/dev/null 2>&1 || echo "make bench: h2load unavailable; gRPC rows use the grpc.aio client"; \
 	}
 
 bench: install bench-tools

@@ -116,7 +116,8 @@ def grpc_load(address: str, *, duration: float, concurrency: int, token: str | N
     """Unary gRPC calls to ``address`` for ``duration`` seconds, ``concurrency`` in flight (bench.grpcload)."""
     argv = [sys.executable, "-m", "bench.grpcload", address, "--duration", str(duration)]
     argv += ["--concurrency", str(concurrency)] + (["--token", token] if token else [])
-    return _run(argv, name="grpcload", timeout=duration + GRACE_SECS)
+    name = "h2load" if shutil.which("h2load") else "grpcload"
+    return _run(argv, name=name, timeout=duration + GRACE_SECS + 30)
 
 
 def smtp_load(port: int, *, duration: float, connections: int, rcpt: str) -> Sample:
