@@ -1,4 +1,4 @@
-"""Profile a server (``bastion-secured``, or ``mailrelay``) under load with py-spy; rank where its time goes.
+"""Profile a server (``bastion-secured``, ``grpc-secured``, ``mailrelay``) under load with py-spy; rank its time.
 
 py-spy samples the server process from outside (no code change, no instrumentation skew) while the load
 generator runs; the collapsed stacks are folded into three views: self time by file, self time by
@@ -117,6 +117,7 @@ class Profiled:
 PROFILED = {
     "bastion-secured": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
     "mailrelay (4 conn)": Profiled(driver="SMTP, bench.smtpload", package="mailrelay", unit="message", asgi=False),
+    "grpc-secured": Profiled(driver="gRPC, bench.grpcload", package="bastion", unit="call", asgi=False),
 }
 
 
@@ -153,6 +154,9 @@ def render(title: str, collapsed: str, sample: Sample, server_cpu_secs: float, s
 def _load(scenario: Scenario, target: Target, seconds: float, connections: int) -> Sample:
     if scenario.kind == "smtp":
         return loadgen.smtp_load(target.smtp_port, duration=seconds, connections=scenario.connections or 1, rcpt=RCPT)
+    if scenario.kind == "grpc":
+        address, token = target.grpc_address, target.grpc_token
+        return loadgen.grpc_load(address, duration=seconds, concurrency=connections, token=token)
     return loadgen.http_load(target.url, duration=seconds, connections=connections, headers=target.headers)
 
 

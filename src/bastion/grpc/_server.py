@@ -13,6 +13,7 @@ from grpclib.health.service import OVERALL, Health
 from grpclib.reflection.service import ServerReflection
 from grpclib.server import Server
 
+from bastion.grpc import _hpack
 from bastion.grpc._interceptors import GrpcGuard
 
 READINESS_TTL_SECS = 1.0
@@ -28,6 +29,7 @@ class GrpcServer:
     """
 
     def __init__(self, services: Sequence[Any], *, guard: GrpcGuard, ready: Callable[[], Awaitable[bool]]) -> None:
+        _hpack.install()  # the bearer token of every call is not Huffman-decoded again (see _hpack)
         self.guard = guard
         check = ServiceCheck(ready, check_ttl=READINESS_TTL_SECS, check_timeout=READINESS_TTL_SECS * 5)
         health = Health({OVERALL: [check], **{service: [check] for service in services}})
