@@ -8,6 +8,7 @@ re-reads the app and the config.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import math
 import os
@@ -75,7 +76,9 @@ def _worker_app() -> BastionApp:
     """uvicorn factory for ``--workers N``: each worker process re-reads the same app and config."""
     settings = load_settings(os.environ.get(ENV_CONFIG) or None)
     configure_logging(settings.service.log_level, settings.service.log_format)
-    return build(os.environ[ENV_APP], settings, app_dir=os.environ.get(ENV_APP_DIR, "."))
+    app = build(os.environ[ENV_APP], settings, app_dir=os.environ.get(ENV_APP_DIR, "."))
+    freeze_startup_objects()
+    return app
 
 
 def uvicorn_config(
@@ -143,9 +146,22 @@ def serve(
         return 0
     app = build(reference, settings, app_dir=app_dir)
     server = _Server(uvicorn_config(app, settings, host=host, port=port))
+    freeze_startup_objects()
     with _metrics_listener(settings, host, app.metrics.exposition):
         server.run()
     return 0 if server.started else 1
+
+
+def freeze_startup_objects() -> None:
+    """Move what start-up built (routes, schemas, validators, policies: most of the heap) out of the collector's
+    sight, so that a full collection under load walks only what was made since, not the whole heap again.
+
+    Measured at 64 connections on the example: full (generation 2) collections paused the loop 65-80 ms each,
+    a few times in 5 s, and every request in flight waited for them (p99 ~200 ms against p50 ~10 ms). What was
+    built before serving lives as long as the process, so ignoring it loses nothing (``gc.freeze``; start-up
+    garbage is collected first)."""
+    gc.collect()
+    gc.freeze()
 
 
 @contextlib.contextmanager
