@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -21,6 +22,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from bastion import BastionApp, Service, Settings, load_settings
 from bastion_core.testing import free_port
 from tests.nats_server import NatsServer
+
+if TYPE_CHECKING:
+    from tests.mailrelay.servers import DnsZone, S3Server
 
 REPO = Path(__file__).resolve().parent.parent
 BASTION = str(Path(sys.executable).with_name("bastion"))
@@ -244,3 +248,25 @@ def provider(exporter: InMemorySpanExporter) -> TracerProvider:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider
+
+
+@pytest.fixture(scope="session")
+def dns_zone() -> Iterator[DnsZone]:
+    """A real DNS server (dnslib) on loopback, UDP and TCP; each test publishes its own names (MailRelay's DMARC)."""
+    from tests.mailrelay.servers import DnsZone
+
+    with DnsZone() as zone:
+        yield zone
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 API server in a child process on a free loopback port, stopped by its PID at the end; one per
+    session for the MailRelay unit and end-to-end tests alike."""
+    from tests.mailrelay.servers import S3Server
+
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()

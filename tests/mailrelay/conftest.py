@@ -2,34 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from mailrelay.testing import FakeClock
-from tests.mailrelay.servers import S3_ACCESS_KEY, S3_SECRET_KEY, DnsZone, S3Server
+from tests.mailrelay.servers import S3_ACCESS_KEY, S3_SECRET_KEY
 
 
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-@pytest.fixture(scope="session")
-def dns_zone() -> Iterator[DnsZone]:
-    """A real DNS server on loopback (UDP and TCP) for the DMARC tests; each test publishes its own names."""
-    with DnsZone() as zone:
-        yield zone
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    """moto's S3 API server in a child process on a free loopback port, stopped by its PID at the end."""
-    server = S3Server().start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

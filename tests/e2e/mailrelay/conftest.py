@@ -24,7 +24,6 @@ from tests.e2e.mailrelay.support import (
     relay_env,
     wait_until_listening,
 )
-from tests.mailrelay.servers import DnsZone, S3Server
 
 
 @pytest.fixture(scope="session")
@@ -164,20 +163,3 @@ def relay(
 def dead_url() -> str:
     """A webhook URL on a port where nothing listens."""
     return f"http://127.0.0.1:{free_port()}/webhook"
-
-
-@pytest.fixture(scope="session")
-def dns_zone() -> Iterator[DnsZone]:
-    """A real DNS server on loopback (UDP and TCP); relays point MAIL_RELAY_DNS_SERVERS at it."""
-    with DnsZone() as zone:
-        yield zone
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    """moto's S3 API server in a child process on a free loopback port, stopped by its PID at the end."""
-    server = S3Server().start()
-    try:
-        yield server
-    finally:
-        server.stop()
