@@ -92,3 +92,65 @@ def test_the_direct_line_follows_the_console_format_and_the_level() -> None:
     console = run_direct("console")
     assert len(console) == 2 and all("http_request" in line and "request_id=rid-1" in line for line in console)
     assert run_direct("json", level="warning") == []
+
+
+BATCHED = """
+import asyncio, json, sys, structlog
+from bastion_core import configure_logging
+from bastion_core._logging import log_event
+
+class Recorder:
+    def __init__(self):
+        self.writes = []
+    def write(self, text):
+        self.writes.append(text)
+    def flush(self):
+        pass
+    def isatty(self):
+        return False
+
+recorder = Recorder()
+sys.stderr = recorder
+configure_logging("info", "json")
+log = structlog.get_logger("bastion.access")
+
+async def burst(count, first):
+    for number in range(first, first + count):
+        log_event(log, "bastion.access", "http_request", {{"n": number, "pad": "x" * 200}})
+    log.error("after_the_burst")
+    await asyncio.sleep(0)
+
+asyncio.run(burst({count}, 0))
+# A loop closed before its flush ran: the lines wait for the next loop's flush (or exit), none is lost.
+stranded = asyncio.new_event_loop()
+asyncio.events._set_running_loop(stranded)
+log_event(log, "bastion.access", "http_request", {{"n": "stranded"}})
+asyncio.events._set_running_loop(None)
+stranded.close()
+asyncio.run(burst(1, {count}))
+log_event(log, "bastion.access", "http_request", {{"n": "outside a loop"}})
+sys.__stdout__.write(json.dumps(recorder.writes))
+"""
+
+
+def test_access_lines_are_written_together_in_order_in_whole_lines_of_at_most_pipe_buf() -> None:
+    """Inside an event loop the access-log lines of one loop iteration leave in as few writes as fit in
+    ``PIPE_BUF`` (4096 bytes: a write to a pipe that several workers share is never split); any other line
+    first writes the pending ones, so the order is kept; a closed loop or the absence of one loses nothing."""
+    result = subprocess.run(
+        [sys.executable, "-c", BATCHED.format(count=40)], capture_output=True, text=True, timeout=60, check=True
+    )
+    writes = json.loads(result.stdout)
+    assert all(len(text.encode()) <= 4096 and text.endswith("\n") for text in writes)
+    lines = [json.loads(line) for text in writes for line in text.splitlines()]
+    assert [line.get("n", line["event"]) for line in lines] == [
+        *range(40),
+        "after_the_burst",
+        "stranded",
+        40,
+        "after_the_burst",
+        "outside a loop",
+    ]
+    assert len(writes) < 20  # 41 lines of about 300 bytes: about 13 per write, not one write each
+    stamps = [line["timestamp"] for line in lines if line["event"] == "http_request"]
+    assert all(len(stamp) == 27 and stamp[10] == "T" and stamp.endswith("Z") for stamp in stamps)
