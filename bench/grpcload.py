@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.cpus import loadgen_preexec
 from bench.stats import load_result
 
 
@@ -98,7 +99,14 @@ def run_h2load(address: str, *, duration: float, concurrency: int, token: str | 
         if token:
             argv += ["-H", f"authorization: Bearer {token}"]
         argv.append(f"http://{address}{METHOD}")
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 30, check=True)
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=duration + 30,
+            check=True,
+            preexec_fn=loadgen_preexec(),
+        )
         latencies: list[float] = []
         non_2xx = 0
         for line in log.read_text().splitlines():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import brokerload, loadgen, report
+from bench import brokerload, cpus, loadgen, report
 from bench.loadgen import Sample
 from bench.processes import cpu_seconds, machine_busy_seconds
 from bench.report import RowResult
@@ -52,7 +52,7 @@ class Options:
             f"{self.rounds} round(s), rotated order; "
             f"{self.duration:g} s timed after {self.warmup:g} s warm-up per row; "
             f"HTTP: {generator}, 1 thread, {self.connections} keep-alive connections; SMTP: bench.smtpload; "
-            "servers: 1 worker on 127.0.0.1"
+            f"servers: 1 worker on 127.0.0.1; {cpus.describe()}"
             + (f"; waits up to {self.settle_secs:g} s for a quiet machine before each row" if self.settle_secs else "")
         )
 

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.cpus import loadgen_preexec
 from bench.processes import REPO
 
 GRACE_SECS = 15.0
@@ -68,7 +69,15 @@ def _children_cpu() -> float:
 
 def _run(argv: list[str], *, name: str, timeout: float) -> Sample:
     before = _children_cpu()
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        argv,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        preexec_fn=loadgen_preexec(),
+    )
     used = _children_cpu() - before
     if proc.returncode != 0:
         raise RuntimeError(f"{name} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}")

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bench.cpus import server_preexec
+
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_SECS = 20.0
 STOP_TIMEOUT_SECS = 10.0
@@ -78,6 +80,7 @@ class ServerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=server_preexec(),
         )
 
     @property

@@ -159,6 +159,7 @@ EXPECTED = {
         "mask_url",
         "parse_retry_after",
         "retry_wait",
+        "running_loop",
     ],
     "bastion_core.testing": ["FakeClock", "free_port"],
     "mailrelay": [

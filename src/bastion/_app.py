@@ -18,6 +18,7 @@ from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from starlette.datastructures import State
 from starlette.routing import BaseRoute
 
+from bastion._claims import current_claims, optional_claims
 from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
 from bastion._metrics import Metrics, serve_metrics
 from bastion._parts import SECURITY_SLOTS, ServiceParts, Slot
@@ -29,6 +30,7 @@ from bastion.auth._routes import revoke_token_route
 from bastion.broker._audit_sink import BrokerAuditSink
 from bastion.broker._broker import Broker
 from bastion.broker._cluster import ClusterSync
+from bastion.broker._dependencies import current_broker, optional_broker
 from bastion.broker._specs import BrokerPlan, StreamSpec
 from bastion.config import BrokerSettings, Settings
 from bastion.errors import ConfigError
@@ -41,6 +43,8 @@ from bastion.routing._versioned import ApiVersion
 from bastion.types import H2_PROTOCOL_FACTORY, ASGIApp, Receive, Scope, Send
 
 DEFAULT_SERVICE_NAME = "bastion-service"
+INLINE_DEPENDENCIES = frozenset({current_claims, optional_claims, current_broker, optional_broker})
+"""Bastion's dependency providers that only read the scope: compiled handlers call them inline."""
 DEFAULT_SERVICE_VERSION = "0.1.0"
 
 log = structlog.get_logger("bastion.app")
@@ -100,7 +104,14 @@ class BastionApp:
                 name=f"openapi_v{number}",
                 handler=self._openapi_handler(number),
             )
-            entries.extend(RouteTable.from_router(version_router(version, prefix), version=number, extra=[openapi]))
+            entries.extend(
+                RouteTable.from_router(
+                    version_router(version, prefix),
+                    version=number,
+                    extra=[openapi],
+                    compile_with=INLINE_DEPENDENCIES if settings.service.compiled_handlers else None,
+                )
+            )
         self.routes = RouteTable(entries)
         checks = list(parts.checks)
         if settings.cache_store.url is not None:

@@ -16,6 +16,7 @@ from bastion_core._clock import Clock
 from bastion_core._errors import ConfigError
 from bastion_core._guard import Call, Guard, ResilientTransport
 from bastion_core._logging import UNKNOWN_VARIABLE_EVENT, configure_logging, log_event
+from bastion_core._loop import running_loop
 from bastion_core._redact import MASK, mask_url
 
 __all__ = [
@@ -42,4 +43,5 @@ __all__ = [
     "mask_url",
     "parse_retry_after",
     "retry_wait",
+    "running_loop",
 ]

@@ -9,17 +9,18 @@ JSON is rendered with orjson (about a quarter of the standard library's cost per
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import datetime
 import logging
 import sys
 import time
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, MutableMapping
 from typing import Any, TextIO
 
 import orjson
 import structlog
+
+from bastion_core._loop import running_loop
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -140,6 +141,8 @@ _state: dict[str, Any] = {"bytes": 0, "loop": None, "second": -1, "prefix": ""}
 """``loop``: the event loop a flush is scheduled on (a loop closed before running it leaves the lines to the next
 loop's flush or to exit)."""
 _CHUNK = 4096
+FLUSH_DELAY_SECS = 0.002
+"""How long an access-log line may wait for others to share its write."""
 """POSIX ``PIPE_BUF``: one write of at most this many bytes to a pipe is never interleaved with another
 process's write (``--workers N`` share the supervisor's stderr), so no line is ever split."""
 
@@ -152,8 +155,9 @@ def _flush_pending() -> None:
 def _write_pending(line: str = "") -> None:
     """Write the pending lines, then ``line``, in one write."""
     if _pending:
-        line = "".join(_pending) + line
-        _pending.clear()
+        taken = _pending[:]
+        del _pending[: len(taken)]  # not clear(): a line another thread appends meanwhile stays for the next write
+        line = "".join(taken) + line
         _state["bytes"] = 0
     if line:
         stream: TextIO = sys.stderr
@@ -175,14 +179,15 @@ def _timestamp() -> str:
     return f"{_state['prefix']}{int((now - second) * 1_000_000):06d}Z"
 
 
-def log_event(logger: Any, name: str, event: str, fields: Mapping[str, Any]) -> None:
+def log_event(logger: Any, name: str, event: str, fields: dict[str, Any]) -> None:
     """``logger.info(event, **fields)`` for a hot path (the access log: one line per request), rendered in one
     step when ``configure_logging`` set up JSON and nothing replaced it since: the line structlog's processors
     would write (context variables, fields, event, level, logger, timestamp), at half the cost. Inside an
     event loop the lines are written together at the end of the loop iteration (one ``write`` for all the
     requests that finished in it, at most ``PIPE_BUF`` bytes at a time, so lines of several workers never
     mix): a write per line was the log's largest cost. Any other set-up (console, ``capture_logs``, a level
-    above info) takes structlog's path. ``name`` is ``logger``'s name."""
+    above info) takes structlog's path. ``name`` is ``logger``'s name. ``fields`` becomes the line: the caller
+    hands it over (no copy)."""
     if (
         not _direct["json"]
         or _threshold["level"] > logging.INFO
@@ -190,7 +195,7 @@ def log_event(logger: Any, name: str, event: str, fields: Mapping[str, Any]) -> 
     ):
         logger.info(event, **fields)
         return
-    line = dict(fields)
+    line = fields
     line["event"] = event
     structlog.contextvars.merge_contextvars(None, "info", line)
     line["level"] = "info"
@@ -201,11 +206,13 @@ def log_event(logger: Any, name: str, event: str, fields: Mapping[str, Any]) -> 
         _write_pending()
     _pending.append(data.decode() + "\n")
     _state["bytes"] += len(data) + 1
+    scheduled = _state["loop"]
+    if scheduled is not None and scheduled.is_running():
+        return  # a flush is due on the running loop (only code in it runs now)
     try:
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
     except RuntimeError:  # no event loop: write now
         _write_pending()
         return
-    if _state["loop"] is not loop:
-        loop.call_soon(_flush_pending)
-        _state["loop"] = loop
+    loop.call_later(FLUSH_DELAY_SECS, _flush_pending)
+    _state["loop"] = loop

@@ -8,6 +8,7 @@ import math
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.server import ServerState
 
 from bastion import Service, load_settings
@@ -364,3 +365,103 @@ async def test_shutdown_closes_connections_still_being_sniffed(serve: Listener) 
     for connection in list(serve.state.connections):
         connection.shutdown()
     assert await read_to_eof(reader) == b""
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def coalescing_cycle(method: str = "GET") -> tuple[server_module.CoalescingCycle, RecordingTransport]:
+    transport = RecordingTransport()
+    cycle = server_module.CoalescingCycle(
+        scope={"type": "http", "method": method, "http_version": "1.1"},  # type: ignore[typeddict-item]
+        transport=transport,  # type: ignore[arg-type]
+        flow=FlowControl(transport),  # type: ignore[arg-type]
+        logger=server_module.log,  # type: ignore[arg-type]
+        access_logger=server_module.log,  # type: ignore[arg-type]
+        access_log=False,
+        default_headers=[],
+        message_event=asyncio.Event(),
+        expect_100_continue=False,
+        keep_alive=True,
+        on_response=lambda: None,
+    )
+    return cycle, transport
+
+
+FIXED_HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n"
+FIXED_START = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-length", b"2"), (b"content-type", b"application/json")],
+}
+
+
+async def test_a_fixed_length_response_leaves_in_one_write() -> None:
+    cycle, transport = coalescing_cycle()
+    await cycle.send(FIXED_START)
+    assert transport.writes == []  # held until the body
+    await cycle.send({"type": "http.response.body", "body": b"{}"})
+    assert transport.writes == [FIXED_HEAD + b"{}"]
+    assert cycle.response_complete
+
+
+async def test_a_fixed_length_body_in_several_messages_keeps_uvicorns_framing() -> None:
+    cycle, transport = coalescing_cycle()
+    await cycle.send(FIXED_START)
+    await cycle.send({"type": "http.response.body", "body": b"{", "more_body": True})
+    await cycle.send({"type": "http.response.body", "body": b"}"})
+    assert b"".join(transport.writes) == FIXED_HEAD + b"{}" and transport.writes[0] == FIXED_HEAD + b"{"
+
+
+async def test_a_head_request_gets_its_head_at_start() -> None:
+    cycle, transport = coalescing_cycle("HEAD")
+    await cycle.send(FIXED_START)
+    assert transport.writes == [FIXED_HEAD]
+    await cycle.send({"type": "http.response.body", "body": b""})
+    assert transport.writes == [FIXED_HEAD]
+
+
+async def test_a_streamed_response_has_its_head_written_at_start() -> None:
+    """No content-length (chunked: server-sent events, streams): the client sees the head before any chunk."""
+    cycle, transport = coalescing_cycle()
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n"]
+    await cycle.send({"type": "http.response.body", "body": b"hi"})
+    assert transport.writes[1:] == [b"2\r\nhi\r\n0\r\n\r\n"]
+
+
+async def test_a_body_longer_than_declared_still_fails_as_in_uvicorn_with_the_head_written() -> None:
+    cycle, transport = coalescing_cycle()
+    await cycle.send(FIXED_START)
+    with pytest.raises(RuntimeError, match="longer than Content-Length"):
+        await cycle.send({"type": "http.response.body", "body": b"{}!"})
+    assert transport.writes == [FIXED_HEAD]
+
+
+async def test_closing_after_the_response_comes_after_its_bytes() -> None:
+    """``connection: close``: uvicorn closes the transport as the body completes; the bytes leave first."""
+    cycle, transport = coalescing_cycle()
+    cycle.keep_alive = False
+    closed: list[int] = []
+    transport.close = lambda: closed.append(len(transport.writes))  # type: ignore[attr-defined]
+    await cycle.send(FIXED_START)
+    await cycle.send({"type": "http.response.body", "body": b"{}"})
+    assert transport.writes == [FIXED_HEAD.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n") + b"{}"]
+    assert closed == [1]
+
+
+async def test_served_connections_use_the_coalescing_cycle(serve: Listener) -> None:
+    reader, writer = await serve.connect(await serve(SniffingProtocol))
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nhost: t\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    (protocol,) = [p for p in serve.state.connections if isinstance(p, server_module.BoundedHttpProtocol)]
+    assert type(protocol.cycle) is server_module.CoalescingCycle

@@ -82,6 +82,9 @@ class ServiceSettings(_Section):
     header_read_timeout_secs: PositiveDuration = 10.0
     keep_alive_timeout_secs: PositiveDuration = 5.0
     max_connections: Annotated[int, Field(ge=1)] = 1024
+    compiled_handlers: Bool = True
+    """Serve the FastAPI routes of the common shapes through a handler compiled at start-up (docs/performance.md);
+    ``false`` keeps FastAPI's own handler for every route."""
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServiceSettings:

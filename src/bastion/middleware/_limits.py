@@ -9,12 +9,15 @@ from starlette.exceptions import HTTPException
 from bastion.errors import BadRequest, GatewayTimeout, PayloadTooLarge
 from bastion.middleware._errors import TrackedSend
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
+from bastion_core import running_loop
 
 
 class TimeoutMiddleware:
     """Cancel a handler that has not started its response within ``timeout_secs``; raise GatewayTimeout.
 
     A response already streaming when the deadline passes is cut off (the server closes the connection).
+    What ``asyncio.timeout`` does, with one timer on the loop and no loop lookup per request (on Python 3.11
+    each lookup is a ``getpid()`` system call, and ``asyncio.timeout`` makes three).
     """
 
     def __init__(self, app: ASGIApp, *, timeout_secs: float) -> None:
@@ -26,13 +29,40 @@ class TimeoutMiddleware:
             await self.app(scope, receive, send)
             return
         tracked = TrackedSend(send)
+        loop = running_loop()
+        task = asyncio.current_task(loop)
+        assert task is not None
+        deadline = _Deadline(task)
+        timer = loop.call_at(loop.time() + self.timeout_secs, deadline.expire)
         try:
-            async with asyncio.timeout(self.timeout_secs):
-                await self.app(scope, receive, tracked)
-        except TimeoutError:
-            if tracked.started:
+            await self.app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            # Ours (not a cancellation from outside, which keeps its CancelledError): the deadline passed.
+            if not deadline.expired:
                 raise
+            deadline.expired = False
+            if task.uncancel() > deadline.cancelling:
+                raise
+            if tracked.started:
+                raise TimeoutError from None
             raise GatewayTimeout(f"Request timed out after {self.timeout_secs:g}s") from None
+        finally:
+            timer.cancel()
+            if deadline.expired:  # the handler swallowed our cancellation: take it back all the same
+                task.uncancel()
+
+
+class _Deadline:
+    __slots__ = ("cancelling", "expired", "task")
+
+    def __init__(self, task: asyncio.Task[object]) -> None:
+        self.task = task
+        self.cancelling = task.cancelling()
+        self.expired = False
+
+    def expire(self) -> None:
+        self.expired = True
+        self.task.cancel()
 
 
 def _body_too_large(limit: int) -> HTTPException:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +12,7 @@ from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from fastapi.routing import APIRoute, APIWebSocketRoute, RouteContext, iter_route_contexts
 from starlette.routing import WebSocketRoute, compile_path
 
+from bastion.routing._compiled import compile_route
 from bastion.types import SCOPE_ROUTE, ASGIApp, Receive, Scope, Send
 
 # FastAPI's scope keys for the matched route's context (fastapi/routing.py; FastAPI is pinned).
@@ -83,21 +84,36 @@ class RouteTable:
         self.entries = list(entries)
 
     @classmethod
-    def from_router(cls, router: APIRouter, *, version: int, extra: Iterable[RouteEntry] = ()) -> list[RouteEntry]:
-        """Entries for every route of ``router`` (flattening included routers), with their full templates."""
+    def from_router(
+        cls,
+        router: APIRouter,
+        *,
+        version: int,
+        extra: Iterable[RouteEntry] = (),
+        compile_with: Collection[Callable[..., Any]] | None = None,
+    ) -> list[RouteEntry]:
+        """Entries for every route of ``router`` (flattening included routers), with their full templates.
+
+        ``compile_with``: compile the routes whose shape allows it (``bastion.routing._compiled``), calling
+        these dependencies inline; ``None`` keeps FastAPI's handler for every route.
+        """
         entries = list(extra)
         for context in iter_route_contexts(router.routes):
             path = context.path
             if path is None:
                 continue
             methods = context.methods
+            handler = _direct_handler(context)
+            effective = getattr(context, "_route_context", None)
+            if handler is not None and compile_with is not None and effective is not None:
+                handler = compile_route(effective, handler, inline=compile_with) or handler
             entries.append(
                 RouteEntry(
                     path=path,
                     methods=frozenset(methods) if methods else None,
                     version=version,
                     name=context.name,
-                    handler=_direct_handler(context),
+                    handler=handler,
                     websocket=isinstance(context.original_route, APIWebSocketRoute | WebSocketRoute),
                 )
             )

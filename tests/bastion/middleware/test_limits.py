@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import httpx
+import pytest
 from fastapi import Request
 
 from bastion import Service
+from bastion.errors import GatewayTimeout
+from bastion.middleware._limits import TimeoutMiddleware
+from bastion.types import Message, Receive, Scope, Send
 from tests.conftest import open_settings
 
 
@@ -100,3 +105,65 @@ async def test_garbage_content_length_is_400(asgi_client: Callable[..., httpx.As
     }
     await app(scope, receive, send)  # type: ignore[arg-type]
     assert sent[0]["status"] == 400
+
+
+async def _call(middleware: TimeoutMiddleware, sent: list[Message]) -> None:
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await middleware({"type": "http", "method": "GET", "path": "/"}, receive, send)
+
+
+async def test_the_deadline_is_a_504_and_leaves_the_task_uncancelled() -> None:
+    async def hang(scope: Scope, receive: Receive, send: Send) -> None:
+        await asyncio.sleep(30)
+
+    task = asyncio.current_task()
+    assert task is not None
+    with pytest.raises(GatewayTimeout):
+        await _call(TimeoutMiddleware(hang, timeout_secs=0.05), [])  # in this task: its cancel count is checked
+    assert task.cancelling() == 0
+
+
+async def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
+    """The server cancelling the request (client gone, shutdown) is not turned into a 504."""
+    started = asyncio.Event()
+
+    async def hang(scope: Scope, receive: Receive, send: Send) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    request = asyncio.create_task(_call(TimeoutMiddleware(hang, timeout_secs=5), []))
+    await started.wait()
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
+
+
+async def test_a_response_already_started_is_cut_off_with_timeout_error() -> None:
+    async def slow_stream(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await asyncio.sleep(30)
+
+    sent: list[Message] = []
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(_call(TimeoutMiddleware(slow_stream, timeout_secs=0.05), sent), timeout=10)
+    assert [message["type"] for message in sent] == ["http.response.start"]
+
+
+async def test_a_handler_that_swallows_the_deadline_still_leaves_the_task_uncancelled() -> None:
+    async def stubborn(scope: Scope, receive: Receive, send: Send) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(30)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"late"})
+
+    sent: list[Message] = []
+    task = asyncio.current_task()
+    assert task is not None
+    await _call(TimeoutMiddleware(stubborn, timeout_secs=0.05), sent)
+    assert sent[-1]["body"] == b"late"
+    assert task.cancelling() == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 
 import httpx
@@ -9,6 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from bastion import Service
+from bastion.middleware._request_id import new_request_id
 
 
 def service() -> Service:
@@ -63,3 +66,28 @@ async def test_bound_into_log_lines(asgi_client: Callable[..., httpx.AsyncClient
     access = [entry for entry in logs if entry["event"] == "http_request"]
     assert access and access[0]["request_id"] == "bound-1"
     assert "request_id" not in structlog.contextvars.get_contextvars()
+
+
+def test_generated_ids_are_distinct_across_pool_refills() -> None:
+    ids = [new_request_id() for _ in range(1000)]  # about four refills of the pool
+    assert len(set(ids)) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{32}", value) for value in ids)
+
+
+def test_a_forked_worker_does_not_repeat_the_parents_ids() -> None:
+    """Workers are forked: the pool of random bytes is emptied in the child, never shared."""
+    new_request_id()  # the pool holds bytes a child would otherwise reuse
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send its next ids and leave at once
+        os.close(reader)
+        os.write(writer, "".join(new_request_id() for _ in range(10)).encode())
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        child = pipe.read().decode()
+    os.waitpid(pid, 0)
+    parent = "".join(new_request_id() for _ in range(10))
+    child_ids = {child[i : i + 32] for i in range(0, len(child), 32)}
+    parent_ids = {parent[i : i + 32] for i in range(0, len(parent), 32)}
+    assert len(child_ids) == 10 and not child_ids & parent_ids

@@ -1,0 +1,43 @@
+"""Which CPUs the servers and the load generators run on.
+
+On a machine with two or more CPUs the load generator gets the first and every server process the others
+(``sched_setaffinity`` at start, inherited by their threads and workers): the two never take turns on one core,
+and the kernel does not move a server between cores mid-run. Same-run ratios then spread less from round to
+round. ``BENCH_PIN=0`` turns it off (both float over every CPU).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+_ALL = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+PINNED = len(_ALL) >= 2 and os.environ.get("BENCH_PIN", "1") != "0"
+LOADGEN_CPUS = {_ALL[0]} if PINNED else set(_ALL)
+SERVER_CPUS = set(_ALL[1:]) if PINNED else set(_ALL)
+
+
+def _pin(cpus: set[int]) -> Callable[[], None] | None:
+    if not PINNED:
+        return None
+
+    def pin() -> None:
+        os.sched_setaffinity(0, cpus)
+
+    return pin
+
+
+def server_preexec() -> Callable[[], None] | None:
+    """``preexec_fn`` for a server process."""
+    return _pin(SERVER_CPUS)
+
+
+def loadgen_preexec() -> Callable[[], None] | None:
+    """``preexec_fn`` for a load generator."""
+    return _pin(LOADGEN_CPUS)
+
+
+def describe() -> str:
+    if not PINNED:
+        return "not pinned"
+    return f"load generator on CPU {sorted(LOADGEN_CPUS)}, servers on CPU {sorted(SERVER_CPUS)}"

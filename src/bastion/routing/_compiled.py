@@ -1,0 +1,456 @@
+"""Compiled handlers: FastAPI routes of the common shapes served without FastAPI's per-request machinery.
+
+At build, each versioned FastAPI route is analysed once (``compile_route``). When its shape is one this module
+knows, the route gets a :class:`CompiledHandler` that does, for a request, only what the route needs:
+
+- path and query parameters of scalar types, each validated by the very ``TypeAdapter`` FastAPI built for it;
+- at most one JSON body parameter (not embedded, not a form), read and parsed as FastAPI does, then validated
+  by FastAPI's own field;
+- ``Request`` / ``HTTPConnection`` parameters, and dependencies on Bastion's own pure providers
+  (``current_claims``, ``optional_claims``, ``current_broker``, ``optional_broker``), called inline;
+- an ``async def`` or plain ``def`` endpoint (the latter in the thread pool, as FastAPI runs it);
+- the response: a ``Response`` the endpoint returns is sent as is; any other value is validated and serialized
+  by the route's response field straight to JSON bytes (pydantic's compiled serializer), or by
+  ``jsonable_encoder`` + the route's response class when there is no response model.
+
+Everything else (header, cookie or model-shaped parameters, sequence query parameters, forms and files, other
+dependencies, ``Response`` / ``BackgroundTasks`` / ``SecurityScopes`` parameters, streaming endpoints, a route
+``max_body_size``) keeps FastAPI's handler. So does every
+request the compiled path cannot answer as FastAPI would: the first validation error, a body that is not valid
+JSON, dependency overrides in force. Those requests go to FastAPI's handler whole (the body already read is
+replayed), so a 422 or 400 is FastAPI's own, byte for byte; the endpoint has not run. The differential test
+(tests/bastion/routing/test_compiled.py) runs both paths over the example's routes and a set of awkward
+signatures and compares status, headers and body. ``service.compiled_handlers = false`` turns this off.
+
+FastAPI is pinned (pyproject.toml): this module reads its route context and calls a few of its helpers.
+"""
+
+from __future__ import annotations
+
+import email.message
+import functools
+import json
+from collections.abc import Callable, Collection, Mapping
+from copy import deepcopy
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import params
+from fastapi._body_limit import get_body_limit_error
+from fastapi._compat import ModelField
+from fastapi._compat.shared import field_annotation_is_sequence
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.dependencies.models import (
+    Dependant,
+    _is_async_gen_callable,
+    _is_coroutine_callable,
+    _is_gen_callable,
+)
+from fastapi.dependencies.utils import (
+    _get_form_models,
+    _get_param_aliases,
+    _get_param_model,
+    _is_json_field,
+    _should_embed_body_fields,
+)
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import ResponseValidationError
+from fastapi.routing import APIRoute, _extract_endpoint_context
+from fastapi.utils import is_body_allowed_for_status_code
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
+from starlette.exceptions import HTTPException
+from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
+from starlette.requests import Request
+from starlette.responses import Response
+
+from bastion.types import ASGIApp, Message, Receive, Scope, Send
+
+_IMMUTABLE_DEFAULTS = (type(None), bool, int, float, str, bytes)
+_FASTAPI_SCOPE, _EFFECTIVE_ROUTE_CONTEXT = "fastapi", "effective_route_context"
+_MISSING = object()
+_COMPUTED = object()
+_JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+_NO_QUERY: Mapping[str, str] = {}
+
+
+class _Fallback(Exception):
+    """The compiled path cannot answer this request as FastAPI would: FastAPI's handler answers it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Param:
+    """A path or query parameter: the keyword it is passed as, the key it is read from, how it validates."""
+
+    name: str
+    key: str
+    validate: Callable[..., Any]
+    default: Any
+    """The value when absent: a constant, ``_MISSING`` (required: FastAPI answers 422), or ``_COMPUTED``
+    (built per request as FastAPI does: a deep copy of the default, validated when the field says so)."""
+    field: ModelField
+
+
+@dataclass(frozen=True, slots=True)
+class _SerializeOptions:
+    """The route's ``response_model_*`` options, passed to the response field as FastAPI passes them."""
+
+    include: Any
+    exclude: Any
+    by_alias: bool
+    exclude_unset: bool
+    exclude_defaults: bool
+    exclude_none: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Inline:
+    """A dependency on one of Bastion's pure providers, called with the request."""
+
+    name: str | None
+    call: Callable[[Request], Any]
+
+
+def _param(field: ModelField) -> _Param | None:
+    if _get_param_model(field) is not None or _is_json_field(field):
+        return None
+    if field_annotation_is_sequence(field.field_info.annotation):
+        return None
+    aliases = _get_param_aliases(field)
+    if len(aliases) != 1:
+        return None
+    key = aliases[0][1]
+    adapter = field._type_adapter
+    validate = functools.partial(adapter.validate_python, from_attributes=True)
+    info = field.field_info
+    if info.is_required():
+        default: Any = _MISSING
+    elif info.default_factory is None and not info.validate_default and type(info.default) in _IMMUTABLE_DEFAULTS:
+        default = info.default
+    else:
+        default = _COMPUTED
+    return _Param(name=field.name, key=key, validate=validate, default=default, field=field)
+
+
+def _computed_default(param: _Param) -> Any:
+    field = param.field
+    value = deepcopy(field.default)
+    if field.field_info.validate_default:
+        return param.validate(value)
+    return value
+
+
+def _inline(dependency: Dependant, inline: Collection[Callable[..., Any]]) -> _Inline | None:
+    """The dependency as a direct call, when it is one of ``inline`` taking only the connection."""
+    call = dependency.call
+    if call not in inline or dependency.dependencies:
+        return None
+    if dependency.path_params or dependency.query_params or dependency.header_params:
+        return None
+    if dependency.cookie_params or dependency.body_params:
+        return None
+    names = [
+        name
+        for name in (
+            dependency.request_param_name,
+            dependency.websocket_param_name,
+            dependency.response_param_name,
+            dependency.background_tasks_param_name,
+            dependency.security_scopes_param_name,
+        )
+        if name is not None
+    ]
+    if names or dependency.http_connection_param_name is None:
+        return None
+    connection = dependency.http_connection_param_name
+    assert call is not None
+    return _Inline(name=dependency.name, call=lambda request: call(**{connection: request}))
+
+
+@functools.lru_cache(maxsize=64)
+def _is_json_content_type(value: str) -> bool:
+    """FastAPI's test of a ``content-type`` value (``application/json`` or ``application/*+json``), cached per
+    value (a bounded cache: clients choose the values)."""
+    message = email.message.Message()
+    message["content-type"] = value
+    if message.get_content_maintype() == "application":
+        subtype = message.get_content_subtype()
+        return subtype == "json" or subtype.endswith("+json")
+    return False
+
+
+def _content_type(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            decoded: str = value.decode("latin-1")
+            return decoded
+    return None
+
+
+class CompiledHandler:
+    """One FastAPI route served directly (see the module's description). ``fallback`` is FastAPI's own
+    handler for the route; it answers every request this one cannot answer exactly as it would."""
+
+    def __init__(self, context: Any, fallback: ASGIApp, inline: list[_Inline], params: list[_Param]) -> None:
+        dependant: Dependant = context.dependant
+        assert dependant.call is not None
+        self.context = context
+        self.fallback = fallback
+        self.call = dependant.call
+        self.is_coroutine = _is_coroutine_callable(dependant.call)
+        self.inline = inline
+        self.path_params = [param for param in params if param.field.field_info.in_.value == "path"]  # type: ignore[attr-defined]
+        self.query_params = [param for param in params if param.field.field_info.in_.value == "query"]  # type: ignore[attr-defined]
+        self.body_field: ModelField | None = context.body_field
+        self.body_name = self.body_field.name if self.body_field is not None else ""
+        self.body_validate = (
+            functools.partial(self.body_field._type_adapter.validate_python, from_attributes=True)
+            if self.body_field is not None
+            else None
+        )
+        strict = context.strict_content_type
+        self.strict_content_type: bool = strict.value if isinstance(strict, DefaultPlaceholder) else strict
+        self.request_names = [
+            name for name in (dependant.request_param_name, dependant.http_connection_param_name) if name
+        ]
+        self.needs_request = bool(self.request_names or inline or self.body_field is not None)
+        self.overrides = context.dependency_overrides_provider
+        self.endpoint = context.endpoint
+        self.route = context.original_route
+        self.status_code: int | None = context.status_code
+        self.response_field: ModelField | None = context.response_field
+        response_class = context.response_class
+        self.response_class: type[Response] = (
+            response_class.value if isinstance(response_class, DefaultPlaceholder) else response_class
+        )
+        self.dump_json = self.response_field is not None and isinstance(response_class, DefaultPlaceholder)
+        self.serialize_options = _SerializeOptions(
+            include=context.response_model_include,
+            exclude=context.response_model_exclude,
+            by_alias=context.response_model_by_alias,
+            exclude_unset=context.response_model_exclude_unset,
+            exclude_defaults=context.response_model_exclude_defaults,
+            exclude_none=context.response_model_exclude_none,
+        )
+        self.status = self.status_code or 200
+        self.body_allowed = is_body_allowed_for_status_code(self.status)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["endpoint"] = self.endpoint
+        scope["route"] = self.route
+        scope.setdefault(_FASTAPI_SCOPE, {})[_EFFECTIVE_ROUTE_CONTEXT] = self.context
+        if self.overrides is not None and getattr(self.overrides, "dependency_overrides", None):
+            await self.fallback(scope, receive, send)
+            return
+        request = Request(scope, receive, send) if self.needs_request else None
+        body: Any = _MISSING
+        if self.body_field is not None:
+            assert request is not None
+            body = await self._read_body(request)
+            if body is _Fallback:
+                await self.fallback(scope, _replay(request._body, receive), send)
+                return
+        try:
+            values = self._values(scope, request, body)
+        except (_Fallback, ValidationError):
+            replay = receive if request is None or not hasattr(request, "_body") else _replay(request._body, receive)
+            await self.fallback(scope, replay, send)
+            return
+        if self.is_coroutine:
+            raw = await self.call(**values)
+        else:
+            raw = await run_in_threadpool(self.call, **values)
+        if isinstance(raw, Response):
+            await raw(scope, receive, send)
+        elif self.dump_json:
+            # What FastAPI's Response(content=..., media_type="application/json") sends, built directly.
+            body = self._json_body(raw, scope)
+            if self.body_allowed:
+                headers = [(b"content-length", str(len(body)).encode("latin-1")), _JSON_CONTENT_TYPE]
+            else:
+                headers, body = [_JSON_CONTENT_TYPE], b""
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+        else:
+            await self._response(raw, scope)(scope, receive, send)
+
+    async def _read_body(self, request: Request) -> Any:
+        """The body as FastAPI reads it: bytes, or the parsed JSON when the content type says JSON.
+        ``_Fallback`` (the class) when FastAPI would refuse the body (malformed JSON)."""
+        try:
+            body_bytes = await request.body()
+        except HTTPException:
+            raise
+        except Exception as exc:  # what FastAPI's handler answers when reading the body fails
+            if MAX_BODY_SIZE_SCOPE_KEY in request.scope and (error := get_body_limit_error(exc)):
+                raise error from exc
+            raise HTTPException(status_code=400, detail="There was an error parsing the body") from exc
+        if not body_bytes:
+            return _MISSING
+        content_type = _content_type(request.scope)
+        parse = _is_json_content_type(content_type) if content_type else not self.strict_content_type
+        if not parse:
+            return body_bytes
+        try:
+            parsed = json.loads(body_bytes)
+        except ValueError:  # JSONDecodeError, or bytes that are not UTF-8/16/32: FastAPI's 400
+            return _Fallback
+        request._json = parsed  # what request.json() would have cached
+        return parsed
+
+    def _values(self, scope: Scope, request: Request | None, body: Any) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for dependency in self.inline:
+            solved = dependency.call(request)  # type: ignore[arg-type]
+            if dependency.name is not None:
+                values[dependency.name] = solved
+        if self.path_params:
+            path_params = scope["path_params"]
+            for param in self.path_params:
+                values[param.name] = self._value(param, path_params.get(param.key))
+        if self.query_params:
+            raw_query = scope["query_string"]
+            query: Mapping[str, str] = QueryParams(raw_query) if raw_query else _NO_QUERY
+            for param in self.query_params:
+                values[param.name] = self._value(param, query.get(param.key))
+        if self.body_validate is not None:
+            if body is _MISSING:
+                raise _Fallback  # FastAPI: 422 "Field required" (or the field's default: let it decide)
+            values[self.body_name] = self.body_validate(body)
+        for name in self.request_names:
+            values[name] = request
+        return values
+
+    @staticmethod
+    def _value(param: _Param, raw: Any) -> Any:
+        if raw is None:
+            default = param.default
+            if default is _MISSING:
+                raise _Fallback
+            if default is _COMPUTED:
+                return _computed_default(param)
+            return default
+        return param.validate(raw)
+
+    def _validated(self, raw: Any, scope: Scope) -> Any:
+        field = self.response_field
+        assert field is not None
+        value, errors = field.validate(raw, {}, loc=("response",))
+        if errors:
+            raise ResponseValidationError(errors=errors, body=raw, endpoint_ctx=self._endpoint_context(scope))
+        return value
+
+    def _json_body(self, raw: Any, scope: Scope) -> bytes:
+        field = self.response_field
+        assert field is not None
+        options = self.serialize_options
+        return field.serialize_json(
+            self._validated(raw, scope),
+            include=options.include,
+            exclude=options.exclude,
+            by_alias=options.by_alias,
+            exclude_unset=options.exclude_unset,
+            exclude_defaults=options.exclude_defaults,
+            exclude_none=options.exclude_none,
+        )
+
+    def _response(self, raw: Any, scope: Scope) -> Response:
+        """The response FastAPI builds for a value with the route's response class (no response model, or a
+        custom class)."""
+        field = self.response_field
+        args: dict[str, Any] = {"background": None}
+        if self.status_code:
+            args["status_code"] = self.status_code
+        if field is not None:
+            options = self.serialize_options
+            content = field.serialize(
+                self._validated(raw, scope),
+                include=options.include,
+                exclude=options.exclude,
+                by_alias=options.by_alias,
+                exclude_unset=options.exclude_unset,
+                exclude_defaults=options.exclude_defaults,
+                exclude_none=options.exclude_none,
+            )
+        else:
+            content = jsonable_encoder(raw)
+        response = self.response_class(content, **args)
+        if not is_body_allowed_for_status_code(response.status_code):
+            response.body = b""
+        return response
+
+    def _endpoint_context(self, scope: Scope) -> Any:
+        context = _extract_endpoint_context(self.call)
+        path = self.context.dependant.path
+        if path:
+            mount = scope.get("root_path", "").rstrip("/")
+            context["path"] = f"{scope['method']} {mount}{path}"
+        return context
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that first hands over the body already read, then what the client sends next."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def compile_route(context: Any, fallback: ASGIApp, *, inline: Collection[Callable[..., Any]]) -> ASGIApp | None:
+    """A :class:`CompiledHandler` for the FastAPI route ``context`` (its effective route context), or ``None``
+    when its shape is not one the compiled path serves exactly as FastAPI."""
+    route = context.original_route
+    dependant: Dependant | None = context.dependant
+    if not isinstance(route, APIRoute) or dependant is None or dependant.call is None:
+        return None
+    if context.is_sse_stream or context.is_json_stream or context.stream_item_field is not None:
+        return None
+    if context.max_body_size is not None:
+        return None
+    if _is_gen_callable(dependant.call) or _is_async_gen_callable(dependant.call):
+        return None
+    if dependant.header_params or dependant.cookie_params:
+        return None
+    if (
+        dependant.websocket_param_name
+        or dependant.response_param_name
+        or dependant.background_tasks_param_name
+        or dependant.security_scopes_param_name
+    ):
+        return None
+    inlined = [_inline(dependency, inline) for dependency in dependant.dependencies]
+    if any(dependency is None for dependency in inlined):
+        return None
+    params = [_param(field) for field in (*dependant.path_params, *dependant.query_params)]
+    if any(param is None for param in params):
+        return None
+    body_fields = dependant.body_params
+    if body_fields:
+        body_field = context.body_field
+        if (
+            len(body_fields) != 1
+            or context._embed_body_fields
+            or _should_embed_body_fields(body_fields)
+            or _get_form_models(body_fields[0])
+            or body_field is None
+            or body_field.name != body_fields[0].name
+            or not _is_plain_body(body_field)
+        ):
+            return None
+    return CompiledHandler(
+        context,
+        fallback,
+        [dependency for dependency in inlined if dependency is not None],
+        [param for param in params if param is not None],
+    )
+
+
+def _is_plain_body(field: ModelField) -> bool:
+    return isinstance(field.field_info, params.Body) and not isinstance(field.field_info, params.Form)
