@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from bench import brokerload, harness, profile, report, scenarios, stats
+from bench import brokerload, harness, loadgen, profile, report, scenarios, stats
 
 SMOKE = harness.Options(rounds=1, duration=0.3, warmup=0.0, connections=4, loadgen="python", write=False)
 NAMES = [scenario.name for scenario in scenarios.SCENARIOS]
@@ -46,7 +46,9 @@ def test_document_has_one_table_row_per_scenario_and_every_target(results: dict[
     text = harness.document(results, SMOKE, profile=None, when=datetime(2026, 1, 2, tzinfo=UTC))
     table_rows = report.table(results).splitlines()[2:]
     assert [line.split(" | ")[0].lstrip("| ") for line in table_rows] == list(results)
-    assert text.count("`bastion-secured` >= ") == 2
+    assert text.count("`bastion-secured` >= ") == 3
+    assert "`bastion-secured` >= 1.0x `fastapi-documents`" in text
+    assert "`bastion-secured` p99 <= 1.5x `fastapi-documents`" in text
     assert "`mailrelay (4 conn)` >= 0.5x" in text
 
 
@@ -68,3 +70,24 @@ def test_profile_folds_collapsed_stacks_by_layer_file_and_function() -> None:
 def test_percentile_is_nearest_rank() -> None:
     assert stats.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
     assert stats.percentile([1.0, 2.0, 3.0, 4.0], 99) == 4.0
+
+
+def test_a_p99_target_compares_median_tails_and_a_rate_target_median_rates() -> None:
+    by_name = {scenario.name: scenario for scenario in scenarios.SCENARIOS}
+
+    def row(name: str, rate: float, p99: float) -> report.RowResult:
+        sample = loadgen.Sample(
+            requests=int(rate), seconds=1.0, non_2xx=0, errors=0, p50_ms=1.0, p99_ms=p99, loadgen="wrk"
+        )
+        return report.RowResult(scenario=by_name[name], samples=[sample])
+
+    results = {
+        "fastapi-documents": row("fastapi-documents", 1000, 10.0),
+        "bastion-secured": row("bastion-secured", 1100, 16.0),
+        "bastion-open": row("bastion-open", 1100, 14.0),
+    }
+    lines = report.targets(results).splitlines()
+    assert "- `bastion-secured` >= 1.0x `fastapi-documents`: 1.10x, met" in lines
+    assert "- `bastion-open` >= 1.2x `fastapi-documents`: 1.10x, MISSED" in lines
+    assert "- `bastion-secured` p99 <= 1.5x `fastapi-documents`: 1.60x, MISSED" in lines
+    assert "- `bastion-open` p99 <= 1.5x `fastapi-documents`: 1.40x, met" in lines

@@ -108,13 +108,20 @@ class RequestIdMiddleware:
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == start:
-                headers = [h for h in message.get("headers", ()) if h[0].lower() != HEADER]
+                headers = []
+                present = set()
+                for item in message.get("headers", ()):
+                    name = item[0].lower()
+                    if name != HEADER:
+                        headers.append(item)
+                        present.add(name)
                 asked = scope.get(SCOPE_RESPONSE_HEADERS)
                 if asked:
                     headers.extend(asked)
-                if protective:
-                    present = {name.lower() for name, _ in headers}
-                    headers.extend(h for h in protective if h[0] not in present)
+                    present.update(name.lower() for name, _ in asked)
+                for item in protective:
+                    if item[0] not in present:
+                        headers.append(item)
                 headers.append((HEADER, raw))
                 message["headers"] = headers
             await send(message)

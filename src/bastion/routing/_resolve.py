@@ -65,7 +65,7 @@ def _direct_handler(context: RouteContext) -> ASGIApp | None:
     return AsyncExitStackMiddleware(handle)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ResolvedRoute:
     """Where a request lands: ``"<METHOD> <template>"`` is its policy action; path params are resource attributes."""
 
@@ -82,6 +82,24 @@ class RouteTable:
 
     def __init__(self, entries: Iterable[RouteEntry]) -> None:
         self.entries = list(entries)
+        # Paths without parameters that no earlier route's pattern also matches: looked up in one step (the
+        # first match is then necessarily theirs), every other path is matched in order.
+        self.static: dict[str, list[RouteEntry]] = {}
+        for position, entry in enumerate(self.entries):
+            if entry.websocket or entry.convertors or entry.path in self.static:
+                continue
+            earlier = self.entries[:position]
+            if any(not other.websocket and other.regex.match(entry.path) for other in earlier):
+                continue
+            same: list[RouteEntry] = []
+            for other in self.entries[position:]:
+                if other.websocket:
+                    continue
+                if not other.convertors and other.path == entry.path:
+                    same.append(other)
+                elif other.regex.match(entry.path):
+                    break  # from here on another route could come first: those methods take the ordered scan
+            self.static[entry.path] = same
 
     @classmethod
     def from_router(
@@ -124,6 +142,17 @@ class RouteTable:
 
         ``websocket`` resolves a WebSocket handshake: only WebSocket routes match it, and it matches no other.
         """
+        if not websocket:
+            for entry in self.static.get(path, ()):
+                if entry.methods is None or method in entry.methods:
+                    return ResolvedRoute(
+                        template=entry.template,
+                        path_params={},
+                        version=entry.version,
+                        method_allowed=True,
+                        allowed_methods=entry.methods or frozenset(),
+                        entry=entry,
+                    )
         partial: tuple[RouteEntry, dict[str, Any]] | None = None
         allowed: set[str] = set()
         for entry in self.entries:

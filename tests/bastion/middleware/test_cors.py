@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import httpx
+import pytest
+from starlette.middleware.cors import CORSMiddleware as StarletteCORS
 
 from bastion import Service, Slot
+from bastion.config import CorsSettings
 from bastion.errors import TokenError
-from bastion.types import ASGIApp, Receive, Scope, Send
+from bastion.middleware._cors import CorsMiddleware
+from bastion.types import ASGIApp, Message, Receive, Scope, Send
 from tests.conftest import open_settings
 
 ORIGIN = "https://app.example"
@@ -67,3 +71,42 @@ async def test_rejections_carry_cors_headers(asgi_client: Callable[..., httpx.As
     assert response.status_code == 401
     assert response.headers["access-control-allow-origin"] == ORIGIN
     assert "x-request-id" in response.headers["access-control-expose-headers"].lower()
+
+
+def _recorder(sent: list[Message]) -> Send:
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    return send
+
+
+VARY_CASES = [
+    [(b"content-type", b"application/json")],
+    [(b"vary", b"Accept-Encoding"), (b"content-length", b"2")],
+    [(b"content-length", b"2"), (b"vary", b"Accept"), (b"x-a", b"1"), (b"vary", b"Cookie"), (b"vary", b"X")],
+    [(b"Vary", b"Accept")],  # not lowercased: Starlette does not see it either
+    [],
+]
+
+
+@pytest.mark.parametrize("headers", VARY_CASES)
+async def test_a_request_without_origin_gets_starlettes_vary_bytes(headers: list[tuple[bytes, bytes]]) -> None:
+    """The fast path for requests without ``Origin`` sends what Starlette's CORSMiddleware sends, byte for byte."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": list(headers)})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    answers = []
+    settings = CorsSettings(allow_origins=[ORIGIN])
+    for layer in (CorsMiddleware(app, settings=settings), StarletteCORS(app, allow_origins=[ORIGIN])):
+        sent: list[Message] = []
+
+        async def receive() -> Message:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        scope = {"type": "http", "method": "GET", "path": "/", "headers": [(b"host", b"t")], "query_string": b""}
+        await layer(scope, receive, _recorder(sent))
+        answers.append(sent)
+    assert answers[0] == answers[1]
+    assert b"Origin" in dict(answers[0][0]["headers"])[b"vary"]

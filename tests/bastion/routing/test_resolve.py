@@ -61,3 +61,37 @@ def test_built_in_entries_carry_their_handler() -> None:
     entry = RouteEntry(path="/api/v1/openapi.json", methods=frozenset({"GET"}), version=1, handler=handler)  # type: ignore[arg-type]
     resolved = RouteTable([entry]).resolve("GET", "/api/v1/openapi.json")
     assert resolved is not None and resolved.entry.handler is handler
+
+
+def ordered_table() -> RouteTable:
+    """Static and parameterised routes interleaved: the first route in registration order must win."""
+    entries = [
+        RouteEntry(path="/items/special", methods=frozenset({"GET"}), version=1, name="special-get"),
+        RouteEntry(path="/items/{item_id}", methods=frozenset({"POST", "GET"}), version=1, name="any-item"),
+        RouteEntry(path="/items/special", methods=frozenset({"POST", "DELETE"}), version=1, name="special-post"),
+        RouteEntry(path="/things/{id}", methods=frozenset({"GET"}), version=1, name="any-thing"),
+        RouteEntry(path="/things/fixed", methods=frozenset({"GET", "PUT"}), version=1, name="fixed-thing"),
+        RouteEntry(path="/plain", methods=frozenset({"GET"}), version=1, name="plain"),
+        RouteEntry(path="/plain", methods=frozenset({"PUT"}), version=1, name="plain-put"),
+    ]
+    return RouteTable(entries)
+
+
+def scan(table: RouteTable, method: str, path: str) -> tuple[str | None, bool, frozenset[str]] | None:
+    """The ordered scan alone (no static index): the reference answer."""
+    reference = RouteTable(table.entries)
+    reference.static = {}
+    resolved = reference.resolve(method, path)
+    return None if resolved is None else (resolved.entry.name, resolved.method_allowed, resolved.allowed_methods)
+
+
+def test_the_static_index_answers_exactly_as_the_ordered_scan() -> None:
+    table = ordered_table()
+    for method in ("GET", "POST", "PUT", "DELETE", "PATCH"):
+        for path in ("/items/special", "/items/7", "/things/fixed", "/things/9", "/plain", "/nothing"):
+            resolved = table.resolve(method, path)
+            got = None if resolved is None else (resolved.entry.name, resolved.method_allowed, resolved.allowed_methods)
+            assert got == scan(table, method, path), (method, path)
+    post = table.resolve("POST", "/items/special")
+    assert post is not None and post.entry.name == "any-item"  # registered before the second static route
+    assert set(table.static) == {"/items/special", "/plain"}  # /things/fixed comes after a pattern matching it
