@@ -168,10 +168,18 @@ def _inline(dependency: Dependant, inline: Collection[Callable[..., Any]]) -> _I
     return _Inline(name=dependency.name, call=lambda request: call(**{connection: request}))
 
 
-@functools.lru_cache(maxsize=64)
 def _is_json_content_type(value: str) -> bool:
-    """FastAPI's test of a ``content-type`` value (``application/json`` or ``application/*+json``), cached per
-    value (a bounded cache: clients choose the values)."""
+    """FastAPI's test of a ``content-type`` value (``application/json`` or ``application/*+json``), remembered
+    for the usual short values (a bounded cache: clients choose the values)."""
+    return _json_content_type_cached(value) if len(value) <= 128 else _json_content_type(value)
+
+
+@functools.lru_cache(maxsize=64)
+def _json_content_type_cached(value: str) -> bool:
+    return _json_content_type(value)
+
+
+def _json_content_type(value: str) -> bool:
     message = email.message.Message()
     message["content-type"] = value
     if message.get_content_maintype() == "application":
@@ -265,7 +273,7 @@ class CompiledHandler:
             await raw(scope, receive, send)
         elif self.dump_json:
             # What FastAPI's Response(content=..., media_type="application/json") sends, built directly.
-            body = self._json_body(raw, scope)
+            body = self._json_body(await self._validated(raw, scope))
             if self.body_allowed:
                 headers = [(b"content-length", str(len(body)).encode("latin-1")), _JSON_CONTENT_TYPE]
             else:
@@ -273,7 +281,8 @@ class CompiledHandler:
             await send({"type": "http.response.start", "status": self.status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
         else:
-            await self._response(raw, scope)(scope, receive, send)
+            value = await self._validated(raw, scope) if self.response_field is not None else raw
+            await self._response(value)(scope, receive, send)
 
     async def _read_body(self, request: Request) -> Any:
         """The body as FastAPI reads it: bytes, or the parsed JSON when the content type says JSON.
@@ -333,20 +342,25 @@ class CompiledHandler:
             return default
         return param.validate(raw)
 
-    def _validated(self, raw: Any, scope: Scope) -> Any:
+    async def _validated(self, raw: Any, scope: Scope) -> Any:
+        """The endpoint's value validated by the response field: in the thread pool for a plain ``def``
+        endpoint, as FastAPI does (a large answer then does not hold up the event loop)."""
         field = self.response_field
         assert field is not None
-        value, errors = field.validate(raw, {}, loc=("response",))
+        if self.is_coroutine:
+            value, errors = field.validate(raw, {}, loc=("response",))
+        else:
+            value, errors = await run_in_threadpool(field.validate, raw, {}, loc=("response",))
         if errors:
             raise ResponseValidationError(errors=errors, body=raw, endpoint_ctx=self._endpoint_context(scope))
         return value
 
-    def _json_body(self, raw: Any, scope: Scope) -> bytes:
+    def _json_body(self, value: Any) -> bytes:
         field = self.response_field
         assert field is not None
         options = self.serialize_options
         return field.serialize_json(
-            self._validated(raw, scope),
+            value,
             include=options.include,
             exclude=options.exclude,
             by_alias=options.by_alias,
@@ -355,9 +369,9 @@ class CompiledHandler:
             exclude_none=options.exclude_none,
         )
 
-    def _response(self, raw: Any, scope: Scope) -> Response:
-        """The response FastAPI builds for a value with the route's response class (no response model, or a
-        custom class)."""
+    def _response(self, value: Any) -> Response:
+        """The response FastAPI builds with the route's response class (no response model, or a custom class);
+        ``value`` is already validated when there is a response field."""
         field = self.response_field
         args: dict[str, Any] = {"background": None}
         if self.status_code:
@@ -365,7 +379,7 @@ class CompiledHandler:
         if field is not None:
             options = self.serialize_options
             content = field.serialize(
-                self._validated(raw, scope),
+                value,
                 include=options.include,
                 exclude=options.exclude,
                 by_alias=options.by_alias,
@@ -374,7 +388,7 @@ class CompiledHandler:
                 exclude_none=options.exclude_none,
             )
         else:
-            content = jsonable_encoder(raw)
+            content = jsonable_encoder(value)
         response = self.response_class(content, **args)
         if not is_body_allowed_for_status_code(response.status_code):
             response.body = b""
