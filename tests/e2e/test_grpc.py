@@ -99,6 +99,16 @@ def test_list_with_token_and_request_id(channel: grpc.Channel, minter: TokenMint
     )
     assert len(reply.items) == 2 and reply.next_cursor
     assert ("x-request-id", "grpc-rid-1") in [(m.key, m.value) for m in call.initial_metadata()]
+    assert "x-request-id" not in [m.key for m in call.trailing_metadata()]  # said once, in the initial metadata
+
+
+def test_a_refused_call_carries_its_request_id_in_the_trailers(channel: grpc.Channel) -> None:
+    """A call refused before its handler runs gets a trailers-only answer: the id travels there."""
+    stub = pb_grpc.DocumentServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ListDocuments(pb.ListDocumentsRequest(), metadata=[("x-request-id", "grpc-rid-2")], timeout=10)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert ("x-request-id", "grpc-rid-2") in [(m.key, m.value) for m in info.value.trailing_metadata()]
 
 
 def test_expired_token_is_unauthenticated(channel: grpc.Channel, minter: TokenMinter) -> None:

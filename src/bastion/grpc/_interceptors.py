@@ -53,6 +53,8 @@ _SERVER_ERRORS = frozenset(
 trailers_var: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
     "bastion_grpc_trailers", default=()
 )
+initial_sent_var: contextvars.ContextVar[bool] = contextvars.ContextVar("bastion_grpc_initial_sent", default=False)
+"""The call's initial metadata (with its request id) went out: the trailers need not repeat the id."""
 log = structlog.get_logger("bastion.grpc")
 
 
@@ -270,6 +272,7 @@ class GrpcGuard:
         request_id = request_id_var.get()
         if request_id is not None:
             event.metadata["x-request-id"] = request_id
+            initial_sent_var.set(True)
 
     async def on_trailing_metadata(self, event: SendTrailingMetadata) -> None:
         call = call_var.get()
@@ -277,7 +280,8 @@ class GrpcGuard:
             # Every call ends here, refused ones included: the status is the one the client gets.
             self.metrics.grpc_call(call[0], int(event.status.value), time.perf_counter() - call[1])
         request_id = request_id_var.get()
-        if request_id is not None and "x-request-id" not in event.metadata:
+        if request_id is not None and not initial_sent_var.get() and "x-request-id" not in event.metadata:
+            # A trailers-only answer (a refused call): the id travels here, the client's only metadata.
             event.metadata["x-request-id"] = request_id
         for name, value in trailers_var.get():
             event.metadata[name] = value

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import grpclib.utils as grpclib_utils
 import structlog
 from grpclib.events import RecvRequest, SendInitialMetadata, SendTrailingMetadata, listen
 from grpclib.health.check import ServiceCheck
@@ -15,9 +16,21 @@ from grpclib.server import Server
 
 from bastion.grpc import _hpack
 from bastion.grpc._interceptors import GrpcGuard
+from bastion_core import running_loop
 
 READINESS_TTL_SECS = 1.0
 log = structlog.get_logger("bastion.grpc")
+
+
+def _current_task(loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task[Any] | None:
+    return asyncio.current_task(loop or running_loop())
+
+
+def _install_current_task() -> None:
+    """grpclib looks up the current task twice per call (its deadline wrapper); ``asyncio.current_task()``
+    costs a ``getpid()`` system call each time on Python 3.11 (see ``bastion_core.running_loop``). The same
+    answer, from the remembered loop. Idempotent."""
+    grpclib_utils._current_task = _current_task
 
 
 class GrpcServer:
@@ -30,6 +43,7 @@ class GrpcServer:
 
     def __init__(self, services: Sequence[Any], *, guard: GrpcGuard, ready: Callable[[], Awaitable[bool]]) -> None:
         _hpack.install()  # the bearer token of every call is not Huffman-decoded again (see _hpack)
+        _install_current_task()
         self.guard = guard
         check = ServiceCheck(ready, check_ttl=READINESS_TTL_SECS, check_timeout=READINESS_TTL_SECS * 5)
         health = Health({OVERALL: [check], **{service: [check] for service in services}})
