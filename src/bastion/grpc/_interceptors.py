@@ -15,8 +15,10 @@ from typing import Any
 
 import structlog
 from grpclib.const import Status
-from grpclib.events import RecvRequest, SendInitialMetadata, SendTrailingMetadata
-from grpclib.exceptions import GRPCError
+from grpclib.events import RecvRequest, SendTrailingMetadata
+from grpclib.exceptions import GRPCError, ProtocolError
+from grpclib.metadata import encode_metadata
+from multidict import MultiDict
 
 from bastion import _tracing as tracing
 from bastion._client_ip import parse_ip
@@ -77,6 +79,31 @@ def _rejected(error: BastionError) -> GRPCError:
     if error.headers:
         trailers_var.set(tuple((name.lower(), value) for name, value in error.headers))
     return grpc_error(error)
+
+
+def _initial_metadata_with_id(stream: Any, request_id: str) -> Callable[..., Awaitable[None]]:
+    """grpclib's ``Stream.send_initial_metadata`` (grpclib is pinned) with the call's ``x-request-id`` last.
+
+    The id is a sane token (checked or generated), so it skips grpclib's metadata validation, no event object is
+    built for it. A handler's own ``x-request-id`` is replaced, as on
+    HTTP.
+    """
+
+    async def send_initial_metadata(*, metadata: Any = None) -> None:
+        if stream._send_initial_metadata_done:
+            raise ProtocolError("Initial metadata was already sent")
+        headers = [(":status", "200"), ("content-type", stream._content_type)]
+        if metadata:
+            given = MultiDict(metadata)
+            given.popall("x-request-id", None)
+            (given,) = await stream._dispatch.send_initial_metadata(given)
+            headers.extend(encode_metadata(given))
+        headers.append(("x-request-id", request_id))
+        await stream._stream.send_headers(headers)
+        stream._send_initial_metadata_done = True
+        initial_sent_var.set(True)
+
+    return send_initial_metadata
 
 
 def _status_name(exc: BaseException) -> str:
@@ -211,6 +238,7 @@ class GrpcGuard:
 
         async def guarded(stream: Any) -> None:
             stream.recv_message = guard._bounded_recv(stream)
+            stream.send_initial_metadata = _initial_metadata_with_id(stream, scope[SCOPE_REQUEST_ID])
             if deferred:
                 try:
                     first = await stream.recv_message()
@@ -267,12 +295,6 @@ class GrpcGuard:
             return message
 
         return recv_message
-
-    async def on_initial_metadata(self, event: SendInitialMetadata) -> None:
-        request_id = request_id_var.get()
-        if request_id is not None:
-            event.metadata["x-request-id"] = request_id
-            initial_sent_var.set(True)
 
     async def on_trailing_metadata(self, event: SendTrailingMetadata) -> None:
         call = call_var.get()

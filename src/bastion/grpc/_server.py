@@ -8,7 +8,7 @@ from typing import Any
 
 import grpclib.utils as grpclib_utils
 import structlog
-from grpclib.events import RecvRequest, SendInitialMetadata, SendTrailingMetadata, listen
+from grpclib.events import RecvRequest, SendTrailingMetadata, listen
 from grpclib.health.check import ServiceCheck
 from grpclib.health.service import OVERALL, Health
 from grpclib.reflection.service import ServerReflection
@@ -49,7 +49,6 @@ class GrpcServer:
         health = Health({OVERALL: [check], **{service: [check] for service in services}})
         self.server = Server(ServerReflection.extend([*services, health]))
         listen(self.server, RecvRequest, guard.on_request)
-        listen(self.server, SendInitialMetadata, guard.on_initial_metadata)
         listen(self.server, SendTrailingMetadata, guard.on_trailing_metadata)
         self._listener: asyncio.Server | None = None
 
