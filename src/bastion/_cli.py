@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 from bastion.config import load_settings, masked
@@ -19,6 +23,9 @@ def _run(args: argparse.Namespace) -> int:
     from bastion._runner import serve
     from bastion._telemetry import configure_logging
 
+    if args.log_level:
+        # Above the environment, the file and the defaults; the workers of --workers N read it too.
+        os.environ["SERVICE_LOG_LEVEL"] = args.log_level
     configure_logging()  # warnings while the settings load go to stderr too
     settings = load_settings(args.config)
     configure_logging(settings.service.log_level, settings.service.log_format)
@@ -81,15 +88,21 @@ def _dev_token(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot read --key {args.key!r}: {exc.strerror}") from None
     try:
         minter = TokenMinter.from_private_pem(pem, args.algorithm)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ConfigError(f"--key {args.key!r} is not an RSA or EC private key ({exc})") from None
+    except Exception as exc:  # whatever the key library raises for a public key, a certificate, garbage
+        hint = " (that is a public key: dev-token signs with the private one)" if b"PUBLIC KEY" in pem else ""
+        raise ConfigError(f"--key {args.key!r} is not an RSA or EC private key{hint} ({exc})") from None
     claims = dict(args.claim or [])
     for name in ("username", "email", "client_id"):
         if getattr(args, name):
             claims[name] = getattr(args, name)
     if args.perms:
         claims["perms"] = args.perms
-    print(minter.mint(sub=args.sub, roles=args.roles or [], ttl=args.ttl, **claims))
+    try:
+        token = minter.mint(sub=args.sub, roles=args.roles or [], ttl=args.ttl, **claims)
+    except Exception as exc:  # a public key loads but cannot sign
+        hint = " (that is a public key: dev-token signs with the private one)" if b"PUBLIC KEY" in pem else ""
+        raise ConfigError(f"--key {args.key!r} is not an RSA or EC private key{hint} ({exc})") from None
+    print(token)
     return EXIT_OK
 
 
@@ -137,8 +150,23 @@ def _policy_eval(args: argparse.Namespace) -> int:
     return EXIT_OK if decision.allowed else EXIT_DENIED
 
 
+COMMANDS = ("run", "check-config", "policy", "dev-keys", "dev-token")
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("bastion")
+    except metadata.PackageNotFoundError:  # pragma: no cover (a source tree without the package installed)
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bastion", description="Secure, versioned backend services.")
+    parser.add_argument("--version", action="version", version=f"bastion {_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of a start-up error (also: BASTION_DEBUG=1)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="serve MODULE:ATTR (a bastion.Service)")
@@ -148,6 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, help="bind port (default: service.port, 8080)")
     run.add_argument("--workers", type=int, help="worker processes (default: service.workers, 1)")
     run.add_argument("--app-dir", default=".", help="directory added to sys.path before importing (default: .)")
+    run.add_argument("--log-level", choices=LEVELS, type=str.lower, help="log level (default: service.log_level, info)")
     run.set_defaults(handler=_run)
 
     check = commands.add_parser("check-config", help="validate FILE and print the effective settings, secrets masked")
@@ -196,9 +225,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown_command(argv: Sequence[str]) -> str | None:
+    """The one-line error for a misspelled command (argparse lists the choices but suggests none)."""
+    words = [word for word in argv if not word.startswith("-")]
+    if not words or words[0] in COMMANDS:
+        return None
+    close = difflib.get_close_matches(words[0], COMMANDS, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f" (commands: {', '.join(COMMANDS)})"
+    return f"error: unknown command {words[0]!r}{hint}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bastion`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    unknown = _unknown_command(argv)
+    if unknown is not None:
+        print(unknown, file=sys.stderr)
+        return EXIT_CONFIG
     args = _parser().parse_args(argv)
+    debug = args.debug or os.environ.get("BASTION_DEBUG", "") not in ("", "0", "false")
     if getattr(args, "port", None) is not None and not 0 <= args.port <= 65535:
         print(f"error: --port {args.port} is not a TCP port (0-65535)", file=sys.stderr)
         return EXIT_CONFIG
@@ -208,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.handler(args)
     except ConfigError as exc:
+        if debug:
+            traceback.print_exception(exc)
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     return result

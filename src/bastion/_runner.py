@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import inspect
 import math
 import os
 import shutil
@@ -20,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
+from fastapi import APIRouter
 from uvicorn.config import Config
 
 from bastion._app import BastionApp
@@ -42,26 +44,50 @@ class _Server(uvicorn.Server):
 
 
 def import_service(reference: str, *, app_dir: str = ".") -> Service:
-    """The :class:`Service` named by ``MODULE:ATTR`` (an attribute, or a zero-argument factory returning one)."""
+    """The :class:`Service` named by ``MODULE:ATTR`` (an attribute, or a zero-argument factory returning one).
+
+    Every way this can fail is a ConfigError of one line naming the cause (the CLI prints it and exits 2;
+    ``--debug`` or ``BASTION_DEBUG=1`` shows the traceback instead).
+    """
     module_name, _, attr = reference.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"app {reference!r} must have the form MODULE:ATTR, e.g. examples.documents_api:service")
+    if module_name.endswith(".py"):
+        dotted = module_name.removesuffix(".py").replace("/", ".").lstrip(".")
+        raise ConfigError(f"app {reference!r}: name the module, not the file: {dotted}:{attr}")
     if app_dir:
         sys.path.insert(0, os.path.abspath(app_dir))
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            raise ConfigError(f"cannot import module {module_name!r} (from {os.path.abspath(app_dir)})") from None
+            raise ConfigError(f"cannot import module {module_name!r} (from {os.path.abspath(app_dir)})") from exc
+        raise ConfigError(f"importing {module_name!r} failed: {exc} (is it installed in this environment?)") from exc
+    except SyntaxError as exc:
+        where = f"{exc.filename}:{exc.lineno}" if exc.filename else module_name
+        raise ConfigError(f"importing {module_name!r} failed: {where}: SyntaxError: {exc.msg}") from exc
+    except ConfigError:
         raise
+    except Exception as exc:
+        raise ConfigError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
     target: Any = module
     for part in attr.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
             raise ConfigError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if not isinstance(target, Service) and callable(target):
-        target = target()
+    if isinstance(target, APIRouter):
+        raise ConfigError(
+            f"{reference!r} is a router ({type(target).__name__}), not a bastion.Service: "
+            "point at the Service its routes belong to, e.g. MODULE:service"
+        )
+    if not isinstance(target, Service) and inspect.isfunction(target):
+        try:
+            target = target()
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"{reference}() failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(target, Service):
         raise ConfigError(f"{reference!r} is a {type(target).__name__}, not a bastion.Service")
     return target

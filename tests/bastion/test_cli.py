@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ from bastion.testing import TokenMinter
 from tests.conftest import BASTION, REPO
 
 EXAMPLE_CONFIG = REPO / "examples" / "documents_api" / "config.toml"
+TOKEN_OFF_OPEN = {"SERVICE_TOKEN_ENABLED": "false", "SERVICE_POLICY_ENABLED": "false", "SERVICE_LOG_LEVEL": "info"}
 
 
 @pytest.fixture
@@ -176,3 +179,115 @@ class TestPolicyCommands:
             main(["policy", "eval", str(self.POLICIES), "--action", "GET /x", "--principal", "{nope"])
         assert info.value.code == 2
         assert "not JSON" in capsys.readouterr().err
+
+
+APPS = {
+    "broken_syntax.py": "from bastion import Service\n\nservice = Service('x') +\n",
+    "needs_missing.py": "import not_installed_pkg_xyz\n",
+    "raises_at_import.py": "raise RuntimeError('kaboom')\n",
+    "router_app.py": "from bastion import Service\nservice = Service('r')\nv2 = service.version(2)\n",
+}
+
+
+@pytest.fixture
+def apps(tmp_path: Path) -> Path:
+    for name, source in APPS.items():
+        (tmp_path / name).write_text(source)
+    return tmp_path
+
+
+def bastion(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "bastion", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("app", "line"),
+    [
+        pytest.param(
+            "broken_syntax:service",
+            "error: importing 'broken_syntax' failed: {dir}/broken_syntax.py:3: SyntaxError: invalid syntax",
+            id="syntax-error",
+        ),
+        pytest.param(
+            "needs_missing:service",
+            "error: importing 'needs_missing' failed: No module named 'not_installed_pkg_xyz' "
+            "(is it installed in this environment?)",
+            id="missing-dependency",
+        ),
+        pytest.param(
+            "raises_at_import:service",
+            "error: importing 'raises_at_import' failed: RuntimeError: kaboom",
+            id="exception-at-import",
+        ),
+        pytest.param(
+            "router_app:v2",
+            "error: 'router_app:v2' is a router (ApiVersion), not a bastion.Service: point at the Service its "
+            "routes belong to, e.g. MODULE:service",
+            id="a-router",
+        ),
+        pytest.param(
+            "router_app.py:service",
+            "error: app 'router_app.py:service': name the module, not the file: router_app:service",
+            id="file-name",
+        ),
+    ],
+)
+def test_an_app_that_cannot_be_served_is_one_error_line_and_exit_2(apps: Path, app: str, line: str) -> None:
+    result = bastion("run", app, "--app-dir", str(apps))
+    assert (result.returncode, result.stderr.splitlines()[-1]) == (2, line.format(dir=apps))
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("how", [["--debug"], []], ids=["flag", "variable"])
+def test_debug_shows_the_traceback_as_well(apps: Path, how: list[str]) -> None:
+    env = {} if how else {"BASTION_DEBUG": "1"}
+    result = bastion(*how, "run", "raises_at_import:service", "--app-dir", str(apps), env=env)
+    assert result.returncode == 2
+    assert "Traceback (most recent call last)" in result.stderr and "RuntimeError: kaboom" in result.stderr
+    assert result.stderr.splitlines()[-1] == "error: importing 'raises_at_import' failed: RuntimeError: kaboom"
+
+
+def test_version_and_python_dash_m() -> None:
+    from importlib import metadata
+
+    result = bastion("--version")
+    assert (result.returncode, result.stdout) == (0, f"bastion {metadata.version('bastion')}\n")
+
+
+def test_a_misspelled_command_gets_a_suggestion() -> None:
+    result = bastion("rnu", "examples.documents_api:service")
+    assert (result.returncode, result.stderr) == (2, "error: unknown command 'rnu'; did you mean 'run'?\n")
+    result = bastion("frobnicate")
+    assert result.stderr == (
+        "error: unknown command 'frobnicate' (commands: run, check-config, policy, dev-keys, dev-token)\n"
+    )
+
+
+def test_dev_token_with_the_public_key_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "public.pem"
+    path.write_bytes(TokenMinter("RS256").public_pem())
+    assert main(["dev-token", "--key", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: --key {str(path)!r} is not an RSA or EC private key (that is a public key: dev-token signs with "
+        "the private one)"
+    )
+    assert len(err.splitlines()) == 1
+
+
+def test_log_level_flag_overrides_the_configuration(bastion_process: Callable[..., Any]) -> None:
+    """``--log-level warning`` silences the info lines the example's config (log_level info) would print."""
+    quiet = bastion_process("examples.documents_api:service", "--log-level", "WARNING", env=TOKEN_OFF_OPEN)
+    loud = bastion_process("examples.documents_api:service", env=TOKEN_OFF_OPEN)
+    loud.wait_for_output("service_started")
+    assert "service_started" not in quiet.output() and "security_posture" not in quiet.output()
