@@ -14,15 +14,24 @@ from importlib import metadata
 from pathlib import Path
 
 from bastion.config import load_settings, masked
+from bastion.config._env import dotenv_overrides
 from bastion.errors import ConfigError
 
 EXIT_OK, EXIT_DENIED, EXIT_CONFIG = 0, 1, 2
+
+
+def _load_dotenv() -> None:
+    """``SERVICE_*`` variables from ``./.env`` into the environment, under those already set (and inherited by
+    the workers of ``--workers N``)."""
+    for name, value in dotenv_overrides().items():
+        os.environ.setdefault(name, value)
 
 
 def _run(args: argparse.Namespace) -> int:
     from bastion._runner import serve
     from bastion._telemetry import configure_logging
 
+    _load_dotenv()
     if args.log_level:
         # Above the environment, the file and the defaults; the workers of --workers N read it too.
         os.environ["SERVICE_LOG_LEVEL"] = args.log_level
@@ -47,6 +56,7 @@ def _check_config(args: argparse.Namespace) -> int:
     from bastion._telemetry import configure_logging
 
     configure_logging("warning", "console")  # stdout stays the JSON document
+    _load_dotenv()
     settings = load_settings(args.file)
     security = Security.from_settings(settings, realm=settings.service.name or "api")
     try:

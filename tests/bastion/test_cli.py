@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,16 @@ from tests.conftest import BASTION, REPO
 
 EXAMPLE_CONFIG = REPO / "examples" / "documents_api" / "config.toml"
 TOKEN_OFF_OPEN = {"SERVICE_TOKEN_ENABLED": "false", "SERVICE_POLICY_ENABLED": "false", "SERVICE_LOG_LEVEL": "info"}
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """``bastion run`` / ``check-config`` put ``.env`` and ``--log-level`` into ``os.environ``: undo it after
+    each in-process call."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture
@@ -81,7 +92,6 @@ def test_run_start_up_errors_exit_2_before_listening(args: list[str], message: s
 
 
 def test_run_with_bad_env_value_names_the_variable() -> None:
-    import os
 
     result = subprocess.run(
         [BASTION, "run", "examples.documents_api:service"],
@@ -197,7 +207,6 @@ def apps(tmp_path: Path) -> Path:
 
 
 def bastion(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    import os
     import sys
 
     return subprocess.run(
@@ -291,3 +300,55 @@ def test_log_level_flag_overrides_the_configuration(bastion_process: Callable[..
     loud = bastion_process("examples.documents_api:service", env=TOKEN_OFF_OPEN)
     loud.wait_for_output("service_started")
     assert "service_started" not in quiet.output() and "security_posture" not in quiet.output()
+
+
+def check_config_in(folder: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("SERVICE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "bastion", "check-config", "service.toml"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean, "PYTHONPATH": str(REPO / "src"), "SERVICE_TOKEN_ENABLED": "false", **(env or {})},
+    )
+
+
+def test_dotenv_sits_between_the_environment_and_the_file(tmp_path: Path) -> None:
+    (tmp_path / "service.toml").write_text('[service]\nname = "from-file"\nport = 9000\nversion = "9.9.9"\n')
+    (tmp_path / ".env").write_text(
+        "# local overrides\nSERVICE_PORT=9100\nexport SERVICE_NAME='from-dotenv'\nOTHER_TOOL=ignored\n"
+    )
+    result = check_config_in(tmp_path, {"SERVICE_NAME": "from-env"})
+    assert result.returncode == 0, result.stderr
+    effective = json.loads(result.stdout)["service"]
+    assert (effective["name"], effective["port"], effective["version"], effective["host"]) == (
+        "from-env",  # environment over .env
+        9100,  # .env over the file
+        "9.9.9",  # the file over the defaults
+        "0.0.0.0",  # the default
+    )
+
+
+def test_a_malformed_dotenv_line_is_named(tmp_path: Path) -> None:
+    (tmp_path / "service.toml").write_text("")
+    (tmp_path / ".env").write_text("SERVICE_PORT=9100\nthis is not a setting\n")
+    result = check_config_in(tmp_path)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "error: .env line 2: expected NAME=value, got 'this is not a setting'\n",
+    )
+
+
+def test_an_unknown_key_close_to_a_real_one_gets_a_suggestion(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[token]\nenabled = false\nalgoritm = "RS256"\n[servce]\nport = 1\n[rate_limit]\nzzz = 1\n')
+    assert main(["check-config", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: invalid configuration ({path}): unknown key 'token.algoritm'; did you mean 'token.algorithm'?; "
+        "unknown key 'rate_limit.zzz'; unknown key 'servce'; did you mean 'service'?\n"
+    )

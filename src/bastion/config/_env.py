@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import structlog
+from dotenv.parser import parse_stream
 from pydantic import (
     BaseModel,
 )
@@ -105,3 +109,29 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[tupl
         node[key] = value
         sources[(*path, key)] = name
     return overrides, sources
+
+
+DOTENV_FILE = ".env"
+
+
+def dotenv_overrides(path: str | os.PathLike[str] = DOTENV_FILE) -> dict[str, str]:
+    """The ``SERVICE_*`` variables of a ``.env`` file (none when there is no file).
+
+    Read by the ``bastion`` command, which puts those not already in the environment into it: the process
+    environment wins over ``.env``, which wins over the TOML file and the defaults. A line that is not
+    ``NAME=value`` (``export NAME=value``, quotes and comments as in python-dotenv) is a ConfigError naming it.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {os.fspath(path)}: {exc}") from None
+    found: dict[str, str] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error or (binding.key is not None and binding.value is None):
+            line = binding.original.string.strip()
+            raise ConfigError(f"{os.fspath(path)} line {binding.original.line}: expected NAME=value, got {line[:80]!r}")
+        if binding.key is not None and binding.value is not None and binding.key.startswith(ENV_PREFIX):
+            found[binding.key] = binding.value
+    return found

@@ -6,6 +6,7 @@ the bad value; the service never starts half-configured.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -97,12 +98,25 @@ def _describe(loc: tuple[str | int, ...], value: object, sources: Mapping[tuple[
     return f"{env}={shown} ({key})" if env else f"{key} = {shown}"
 
 
+def _did_you_mean(loc: tuple[str | int, ...]) -> str:
+    """``; did you mean 'section.key'?`` for an unknown key close to one its section has (else "")."""
+    model: Any = Settings
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return ""
+        model = annotation
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.75)
+    return f"; did you mean {'.'.join([*map(str, loc[:-1]), close[0]])!r}?" if close else ""
+
+
 def _config_error(exc: ValidationError, origin: str, sources: Mapping[tuple[str, ...], str]) -> ConfigError:
     lines = []
     for error in exc.errors():
         loc = tuple(error["loc"])
         if error["type"] == "extra_forbidden":
-            lines.append(f"unknown key {'.'.join(str(p) for p in loc)!r}")
+            lines.append(f"unknown key {'.'.join(str(p) for p in loc)!r}{_did_you_mean(loc)}")
             continue
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] in ("bool_type", "bool_parsing"):
