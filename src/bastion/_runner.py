@@ -8,6 +8,7 @@ re-reads the app and the config.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import importlib
 import inspect
@@ -81,7 +82,9 @@ def import_service(reference: str, *, app_dir: str = ".") -> Service:
             f"{reference!r} is a router ({type(target).__name__}), not a bastion.Service: "
             "point at the Service its routes belong to, e.g. MODULE:service"
         )
-    if not isinstance(target, Service) and inspect.isfunction(target):
+    if not isinstance(target, Service) and (
+        inspect.isfunction(target) or inspect.ismethod(target) or isinstance(target, functools.partial)
+    ):
         try:
             target = target()
         except ConfigError:

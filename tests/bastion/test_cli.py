@@ -352,3 +352,15 @@ def test_an_unknown_key_close_to_a_real_one_gets_a_suggestion(
         f"error: invalid configuration ({path}): unknown key 'token.algoritm'; did you mean 'token.algorithm'?; "
         "unknown key 'rate_limit.zzz'; unknown key 'servce'; did you mean 'service'?\n"
     )
+
+
+def test_a_factory_function_or_partial_is_called_for_the_service(tmp_path: Path) -> None:
+    from bastion._runner import import_service
+
+    (tmp_path / "factories.py").write_text(
+        "import functools\nfrom bastion import Service\n"
+        "def make(name='made'):\n    service = Service(name)\n    service.version(1)\n    return service\n"
+        "partial = functools.partial(make, 'partial')\n"
+    )
+    assert import_service("factories:make", app_dir=str(tmp_path)).name == "made"
+    assert import_service("factories:partial", app_dir=str(tmp_path)).name == "partial"
