@@ -89,6 +89,11 @@ def _claim(text: str) -> tuple[str, object]:
         return name, raw
 
 
+def _not_a_private_key(path: str, pem: bytes, exc: Exception) -> ConfigError:
+    hint = " (that is a public key: dev-token signs with the private one)" if b"PUBLIC KEY" in pem else ""
+    return ConfigError(f"--key {path!r} is not an RSA or EC private key{hint} ({exc})")
+
+
 def _dev_token(args: argparse.Namespace) -> int:
     from bastion.testing import TokenMinter
 
@@ -98,9 +103,8 @@ def _dev_token(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot read --key {args.key!r}: {exc.strerror}") from None
     try:
         minter = TokenMinter.from_private_pem(pem, args.algorithm)
-    except Exception as exc:  # whatever the key library raises for a public key, a certificate, garbage
-        hint = " (that is a public key: dev-token signs with the private one)" if b"PUBLIC KEY" in pem else ""
-        raise ConfigError(f"--key {args.key!r} is not an RSA or EC private key{hint} ({exc})") from None
+    except Exception as exc:  # whatever the key library raises for a certificate or garbage
+        raise _not_a_private_key(args.key, pem, exc) from None
     claims = dict(args.claim or [])
     for name in ("username", "email", "client_id"):
         if getattr(args, name):
@@ -110,8 +114,7 @@ def _dev_token(args: argparse.Namespace) -> int:
     try:
         token = minter.mint(sub=args.sub, roles=args.roles or [], ttl=args.ttl, **claims)
     except Exception as exc:  # a public key loads but cannot sign
-        hint = " (that is a public key: dev-token signs with the private one)" if b"PUBLIC KEY" in pem else ""
-        raise ConfigError(f"--key {args.key!r} is not an RSA or EC private key{hint} ({exc})") from None
+        raise _not_a_private_key(args.key, pem, exc) from None
     print(token)
     return EXIT_OK
 

@@ -93,18 +93,6 @@ class _Param:
 
 
 @dataclass(frozen=True, slots=True)
-class _SerializeOptions:
-    """The route's ``response_model_*`` options, passed to the response field as FastAPI passes them."""
-
-    include: Any
-    exclude: Any
-    by_alias: bool
-    exclude_unset: bool
-    exclude_defaults: bool
-    exclude_none: bool
-
-
-@dataclass(frozen=True, slots=True)
 class _Inline:
     """A dependency on one of Bastion's pure providers, called with the request."""
 
@@ -233,14 +221,18 @@ class CompiledHandler:
             response_class.value if isinstance(response_class, DefaultPlaceholder) else response_class
         )
         self.dump_json = self.response_field is not None and isinstance(response_class, DefaultPlaceholder)
-        self.serialize_options = _SerializeOptions(
-            include=context.response_model_include,
-            exclude=context.response_model_exclude,
-            by_alias=context.response_model_by_alias,
-            exclude_unset=context.response_model_exclude_unset,
-            exclude_defaults=context.response_model_exclude_defaults,
-            exclude_none=context.response_model_exclude_none,
-        )
+        # The route's response_model_* options, passed to its response field as FastAPI passes them.
+        self.serialize_options: dict[str, Any] = {
+            "include": context.response_model_include,
+            "exclude": context.response_model_exclude,
+            "by_alias": context.response_model_by_alias,
+            "exclude_unset": context.response_model_exclude_unset,
+            "exclude_defaults": context.response_model_exclude_defaults,
+            "exclude_none": context.response_model_exclude_none,
+        }
+        self.response_args: dict[str, Any] = {"background": None}  # what FastAPI passes to the response class
+        if self.status_code:
+            self.response_args["status_code"] = self.status_code
         self.status = self.status_code or 200
         self.body_allowed = is_body_allowed_for_status_code(self.status)
 
@@ -358,38 +350,14 @@ class CompiledHandler:
     def _json_body(self, value: Any) -> bytes:
         field = self.response_field
         assert field is not None
-        options = self.serialize_options
-        return field.serialize_json(
-            value,
-            include=options.include,
-            exclude=options.exclude,
-            by_alias=options.by_alias,
-            exclude_unset=options.exclude_unset,
-            exclude_defaults=options.exclude_defaults,
-            exclude_none=options.exclude_none,
-        )
+        return field.serialize_json(value, **self.serialize_options)
 
     def _response(self, value: Any) -> Response:
         """The response FastAPI builds with the route's response class (no response model, or a custom class);
         ``value`` is already validated when there is a response field."""
         field = self.response_field
-        args: dict[str, Any] = {"background": None}
-        if self.status_code:
-            args["status_code"] = self.status_code
-        if field is not None:
-            options = self.serialize_options
-            content = field.serialize(
-                value,
-                include=options.include,
-                exclude=options.exclude,
-                by_alias=options.by_alias,
-                exclude_unset=options.exclude_unset,
-                exclude_defaults=options.exclude_defaults,
-                exclude_none=options.exclude_none,
-            )
-        else:
-            content = jsonable_encoder(value)
-        response = self.response_class(content, **args)
+        content = field.serialize(value, **self.serialize_options) if field is not None else jsonable_encoder(value)
+        response = self.response_class(content, **self.response_args)
         if not is_body_allowed_for_status_code(response.status_code):
             response.body = b""
         return response

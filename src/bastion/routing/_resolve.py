@@ -145,14 +145,7 @@ class RouteTable:
         if not websocket:
             for entry in self.static.get(path, ()):
                 if entry.methods is None or method in entry.methods:
-                    return ResolvedRoute(
-                        template=entry.template,
-                        path_params={},
-                        version=entry.version,
-                        method_allowed=True,
-                        allowed_methods=entry.methods or frozenset(),
-                        entry=entry,
-                    )
+                    return _reached(entry, {})
         partial: tuple[RouteEntry, dict[str, Any]] | None = None
         allowed: set[str] = set()
         for entry in self.entries:
@@ -163,14 +156,7 @@ class RouteTable:
                 continue
             params = {key: entry.convertors[key].convert(value) for key, value in match.groupdict().items()}
             if entry.methods is None or method in entry.methods:
-                return ResolvedRoute(
-                    template=entry.template,
-                    path_params=params,
-                    version=entry.version,
-                    method_allowed=True,
-                    allowed_methods=entry.methods or frozenset(),
-                    entry=entry,
-                )
+                return _reached(entry, params)
             allowed |= entry.methods
             partial = partial or (entry, params)
         if partial is None:
@@ -184,6 +170,18 @@ class RouteTable:
             allowed_methods=frozenset(allowed),
             entry=entry,
         )
+
+
+def _reached(entry: RouteEntry, params: dict[str, Any]) -> ResolvedRoute:
+    """``entry`` matched with the request's method."""
+    return ResolvedRoute(
+        template=entry.template,
+        path_params=params,
+        version=entry.version,
+        method_allowed=True,
+        allowed_methods=entry.methods or frozenset(),
+        entry=entry,
+    )
 
 
 def route_path(scope: Scope) -> str:
