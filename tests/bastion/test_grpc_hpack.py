@@ -1,4 +1,5 @@
-"""The memo in front of HPACK's Huffman decoder: the same bytes as the decoder, errors still raised, bounded."""
+"""HPACK for gRPC connections: the memo in front of the Huffman decoder (the same bytes as the decoder, errors
+still raised, bounded) and the answer encoder (the request id as a literal without indexing)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,23 @@ def test_install_is_idempotent_and_decoding_headers_is_unchanged() -> None:
     decoder = Decoder()
     for _ in range(3):
         assert [(h[0], h[1]) for h in decoder.decode(block, raw=True)] == headers
+
+
+def test_the_request_id_is_sent_as_it_is_and_never_enters_the_table() -> None:
+    encoder, decoder = _hpack.ResponseEncoder(), Decoder()
+    for n in range(200):
+        rid = b"%032x" % n
+        headers = [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"x-request-id", rid)]
+        block = encoder.encode(headers)
+        # RFC 7541 6.2.2, literal without indexing, new name: 0x00, then name and value without Huffman.
+        assert block.endswith(b"\x00\x0cx-request-id\x20" + rid)
+        assert [(h[0], h[1]) for h in decoder.decode(block, raw=True)] == headers
+        assert encoder.header_table.dynamic_entries == decoder.header_table.dynamic_entries
+    # Only content-type was worth remembering; 200 request ids would have pushed it out.
+    assert list(encoder.header_table.dynamic_entries) == [(b"content-type", b"application/grpc")]
+
+
+def test_a_long_request_id_gets_a_multi_byte_length() -> None:
+    rid = b"r" * 200  # longer than a sane id; the encoding must still be right (RFC 7541 5.1)
+    block = _hpack.ResponseEncoder().encode([(b"x-request-id", rid)])
+    assert [(h[0], h[1]) for h in Decoder().decode(block, raw=True)] == [(b"x-request-id", rid)]

@@ -1,0 +1,93 @@
+"""CoalescingTransport: what one loop round writes goes out as one write, in order; close and abort."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from bastion.grpc._server import CoalescingTransport
+
+
+class Recording(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+        self.aborted = False
+
+    def write(self, data: Any) -> None:
+        assert not self.closed, "write after close"
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5555)}.get(name, default)
+
+
+async def test_writes_of_one_round_go_out_together_in_order() -> None:
+    real = Recording()
+    transport = CoalescingTransport(real, asyncio.get_running_loop())
+    transport.write(b"headers|")
+    transport.write(b"")
+    transport.write(b"data|")
+    transport.write(b"trailers")
+    assert real.writes == []
+    await asyncio.sleep(0)
+    assert real.writes == [b"headers|data|trailers"]
+    transport.write(b"next")
+    await asyncio.sleep(0)
+    assert real.writes == [b"headers|data|trailers", b"next"]
+
+
+async def test_close_writes_what_is_pending_first_and_abort_drops_it() -> None:
+    real = Recording()
+    transport = CoalescingTransport(real, asyncio.get_running_loop())
+    transport.write(b"goaway")
+    transport.close()
+    assert real.writes == [b"goaway"] and real.closed
+    await asyncio.sleep(0)  # the scheduled flush finds nothing to write
+    assert real.writes == [b"goaway"]
+
+    real = Recording()
+    transport = CoalescingTransport(real, asyncio.get_running_loop())
+    transport.write(b"lost")
+    transport.abort()
+    await asyncio.sleep(0)
+    assert real.writes == [] and real.aborted
+
+
+async def test_a_transport_closed_under_it_is_not_written_to() -> None:
+    real = Recording()
+    transport = CoalescingTransport(real, asyncio.get_running_loop())
+    transport.write(b"late")
+    real.close()  # the peer went away before the round ended
+    await asyncio.sleep(0)
+    assert real.writes == [] and transport.is_closing()
+    assert transport.get_extra_info("peername") == ("127.0.0.1", 5555)
+
+
+async def test_the_servers_connections_use_it_and_the_answer_encoder() -> None:
+    from bastion.grpc._hpack import ResponseEncoder
+    from bastion.grpc._interceptors import GrpcGuard
+    from bastion.grpc._server import GrpcServer
+
+    async def ready() -> bool:
+        return True
+
+    server = GrpcServer([], guard=GrpcGuard(steps=[], max_message_size=1024), ready=ready)
+    protocol: Any = server.protocol_factory()
+    real = Recording()
+    protocol.connection_made(real)
+    assert real.writes  # the server's SETTINGS went out at once, before the transport was swapped
+    assert isinstance(protocol.connection._transport, CoalescingTransport)
+    assert protocol.connection._transport.transport is real
+    assert isinstance(protocol.connection._connection.encoder, ResponseEncoder)
+    protocol.connection_lost(None)
