@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from bastion.config import load_settings, masked
+from bastion.config import Settings, load_settings, masked
 from bastion.config._env import dotenv_overrides
 from bastion.errors import ConfigError
 
@@ -38,6 +38,13 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging()  # warnings while the settings load go to stderr too
     settings = load_settings(args.config)
     configure_logging(settings.service.log_level, settings.service.log_format)
+    if args.check_only:  # --reload's check of a new version: import and build, serve nothing
+        from bastion._runner import build
+
+        build(args.app, settings, app_dir=args.app_dir)
+        return EXIT_OK
+    if args.reload:
+        return _reload(args, settings)
     return serve(
         args.app,
         settings,
@@ -46,7 +53,23 @@ def _run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         app_dir=args.app_dir,
+        fd=args.fd,
     )
+
+
+def _reload(args: argparse.Namespace, settings: Settings) -> int:
+    from bastion import _reload
+
+    if args.workers is not None and args.workers > 1:
+        raise ConfigError("--reload runs one worker: drop --workers (or --reload, to serve with several)")
+    watch = _reload.watched_files(settings, config_path=args.config, app_dir=args.app_dir)
+    argv = _reload.worker_argv(
+        args.app, config_path=args.config, app_dir=args.app_dir, log_level=args.log_level, debug=args.debug_flag
+    )
+    host = args.host if args.host is not None else settings.service.host
+    port = args.port if args.port is not None else settings.service.port
+    sock = _reload.bind(host, port)
+    return _reload.Reloader(argv, sock, watch).run()
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -190,6 +213,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, help="worker processes (default: service.workers, 1)")
     run.add_argument("--app-dir", default=".", help="directory added to sys.path before importing (default: .)")
     run.add_argument("--log-level", choices=LEVELS, type=str.lower, help="log level (default: service.log_level, info)")
+    run.add_argument(
+        "--reload",
+        action="store_true",
+        help="development: restart when *.py under --app-dir, the config, .env or the policy file change",
+    )
+    run.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # --reload's worker: serve on this inherited socket
+    run.add_argument("--check-only", action="store_true", help=argparse.SUPPRESS)  # --reload's check of a new version
     run.set_defaults(handler=_run)
 
     check = commands.add_parser("check-config", help="validate FILE and print the effective settings, secrets masked")
@@ -257,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     args = _parser().parse_args(argv)
     debug = args.debug or os.environ.get("BASTION_DEBUG", "") not in ("", "0", "false")
+    args.debug_flag = args.debug  # what a --reload worker is started with (BASTION_DEBUG is inherited)
     if getattr(args, "port", None) is not None and not 0 <= args.port <= 65535:
         print(f"error: --port {args.port} is not a TCP port (0-65535)", file=sys.stderr)
         return EXIT_CONFIG

@@ -15,6 +15,7 @@ import inspect
 import math
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -152,8 +153,12 @@ def serve(
     port: int | None = None,
     workers: int | None = None,
     app_dir: str = ".",
+    fd: int | None = None,
 ) -> int:
-    """Run the service until SIGTERM/SIGINT; the return value is the process exit code."""
+    """Run the service until SIGTERM/SIGINT; the return value is the process exit code.
+
+    ``fd``: serve on this inherited listening socket (a ``--reload`` worker) instead of binding one.
+    """
     host = host if host is not None else settings.service.host
     port = port if port is not None else settings.service.port
     workers = workers or settings.service.workers
@@ -175,9 +180,10 @@ def serve(
         return 0
     app = build(reference, settings, app_dir=app_dir)
     server = _Server(uvicorn_config(app, settings, host=host, port=port))
+    sockets = None if fd is None else [socket.socket(fileno=fd)]  # family and type read from the descriptor
     freeze_startup_objects()
     with _metrics_listener(settings, host, app.metrics.exposition):
-        server.run()
+        server.run(sockets=sockets)
     return 0 if server.started else 1
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
@@ -431,6 +432,8 @@ class Settings(BaseSettings):
     max_attachment_size: PositiveInt = DEFAULT_MAX_ATTACHMENT_SIZE
     log_level: Annotated[str, _env(_log_level)] = "INFO"
     log_format: Annotated[LogFormat, _env(_log_format)] = "auto"
+    # A MAIL_RELAY_* name no setting reads is a typo until the operator says otherwise (docs/mailrelay.md).
+    ignore_unknown_variables: Annotated[bool, _env(_boolean)] = False
     max_concurrent_per_ip: PositiveInt = DEFAULT_MAX_CONCURRENT_PER_IP
     max_sessions: PositiveInt = DEFAULT_MAX_SESSIONS
     max_unknown_rcpts_per_session: Annotated[int, _env(_non_negative_int)] = DEFAULT_MAX_UNKNOWN_RCPTS
@@ -569,6 +572,8 @@ class _GivenSettings(Settings):
 
 VARIABLES = frozenset(str(field.validation_alias) for field in Settings.model_fields.values())
 """Every MAIL_RELAY_* name a setting reads."""
+REMOVED_VARIABLES = frozenset({PREFIX + "CIRCUIT_BREAKER_THRESHOLD"})
+"""Names still read only to say what replaced them."""
 
 
 def load_settings(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -612,6 +617,48 @@ def read_environment(cwd: Path | None = None, environ: Mapping[str, str] | None 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """MAIL_RELAY_* names that no setting reads (most likely typos), sorted."""
     return sorted(name for name in environ if name.startswith(PREFIX) and name not in VARIABLES)
+
+
+def refuse_unknown_variables(names: Sequence[str]) -> None:
+    """Raise ConfigError for the first of ``names`` (unknown MAIL_RELAY_* variables), with the known name closest
+    to it and the way to start anyway. A misspelled variable is a setting silently left at its default: the
+    relay would start and do something else than the operator asked for."""
+    if not names:
+        return
+    name = names[0]
+    # compared without the shared prefix, which would make every name look close to every other
+    known = sorted(variable.removeprefix(PREFIX) for variable in VARIABLES - REMOVED_VARIABLES)
+    close = difflib.get_close_matches(name.removeprefix(PREFIX), known, n=1, cutoff=0.7)
+    hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
+    more = f" ({len(names) - 1} more unknown)" if len(names) > 1 else ""
+    raise ConfigError(
+        f"{name}: not a MailRelay variable{hint}{more}; fix the name, or set {PREFIX}IGNORE_UNKNOWN_VARIABLES=true "
+        "to start anyway"
+    )
+
+
+def variable_defaults() -> list[tuple[str, str]]:
+    """``(variable, default as text)`` for every setting, in the order they are checked (``mailrelay --help``)."""
+    listed = []
+    for field in Settings.model_fields.values():
+        name = str(field.validation_alias)
+        if name in REMOVED_VARIABLES:
+            continue
+        default = field.default
+        if field.is_required():
+            shown = "required"
+        elif default is None:
+            shown = "unset"
+        elif isinstance(default, bool):
+            shown = str(default).lower()
+        elif isinstance(default, (str, tuple, frozenset)) and not default:
+            shown = "empty"
+        elif isinstance(default, (tuple, frozenset)):
+            shown = ",".join(sorted(str(item) for item in default))
+        else:
+            shown = str(default)
+        listed.append((name, shown))
+    return listed
 
 
 def shown_value(raw: str) -> str:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import structlog
 
-from bastion_core import parse_retry_after, retry_wait
+from bastion_core import mask_url, parse_retry_after, retry_wait
 from mailrelay._signing import Signer
 
 DELIVERY_ID_HEADER = "X-MailRelay-Delivery-Id"
@@ -119,8 +119,15 @@ class WebhookClient:
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         random: Callable[[], float] = random.random,
+        url: str | None = None,
     ) -> None:
         self.transport = transport
+        # Log lines about trouble name the webhook (password and query masked): an operator reading
+        # "webhook_retries_exhausted" should not have to look up which URL this relay posts to. The SMTP reply
+        # does not name it: the sending server is outside, and the address of an internal service is not its
+        # business.
+        self.log_fields: dict[str, str] = {"webhook": mask_url(url)} if url else {}
+        self._log = log.bind(**self.log_fields)
         self.user_agent = user_agent
         self.max_retries = max_retries
         self.backoff_base = backoff_base
@@ -164,7 +171,7 @@ class WebhookClient:
             status = attempt.status
             if verdict is Verdict.CIRCUIT_OPEN:
                 # The breaker refused the attempt without sending it: no retry can get through for now.
-                log.warning("webhook_circuit_open", delivery_id=delivery_id, attempts=attempts)
+                self._log.warning("webhook_circuit_open", delivery_id=delivery_id, attempts=attempts)
                 return DeliveryResult(
                     outcome=DeliveryOutcome.TEMPORARY_FAILURE,
                     attempts=attempts - 1,
@@ -178,7 +185,7 @@ class WebhookClient:
                     outcome=DeliveryOutcome.DELIVERED, attempts=attempts, status=status, reason="delivered"
                 )
             if verdict is Verdict.REJECTED:
-                log.warning("webhook_final_answer", delivery_id=delivery_id, status=status, attempts=attempts)
+                self._log.warning("webhook_final_answer", delivery_id=delivery_id, status=status, attempts=attempts)
                 return DeliveryResult(
                     outcome=DeliveryOutcome.REJECTED,
                     attempts=attempts,
@@ -186,7 +193,7 @@ class WebhookClient:
                     reason=f"Webhook refused the message (HTTP {status})",
                 )
             if verdict is Verdict.UNEXPECTED:
-                log.warning("webhook_final_answer", delivery_id=delivery_id, status=status, attempts=attempts)
+                self._log.warning("webhook_final_answer", delivery_id=delivery_id, status=status, attempts=attempts)
                 return DeliveryResult(
                     outcome=DeliveryOutcome.TEMPORARY_FAILURE,
                     attempts=attempts,
@@ -195,7 +202,9 @@ class WebhookClient:
                 )
             problem = attempt.problem
             if attempts > self.max_retries:
-                log.warning("webhook_retries_exhausted", delivery_id=delivery_id, problem=problem, attempts=attempts)
+                self._log.warning(
+                    "webhook_retries_exhausted", delivery_id=delivery_id, problem=problem, attempts=attempts
+                )
                 return DeliveryResult(
                     outcome=DeliveryOutcome.TEMPORARY_FAILURE,
                     attempts=attempts,
@@ -203,5 +212,7 @@ class WebhookClient:
                     reason=f"Webhook delivery failed ({problem}), try again later",
                 )
             wait = self.retry_wait(attempts, attempt)
-            log.info("webhook_retry_scheduled", delivery_id=delivery_id, problem=problem, attempt=attempts, wait=wait)
+            self._log.info(
+                "webhook_retry_scheduled", delivery_id=delivery_id, problem=problem, attempt=attempts, wait=wait
+            )
             await self._sleep(wait)

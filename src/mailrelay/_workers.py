@@ -113,7 +113,7 @@ class DeliveryWorkers:
             circuit_wait=max(self.breaker.retry_after() if self.breaker is not None else 0.0, CIRCUIT_PAUSE_SECS),
             random=self._random,
         )
-        bound = log.bind(delivery_id=message.delivery_id, attempt=message.number)
+        bound = log.bind(delivery_id=message.delivery_id, attempt=message.number, **self.webhook.log_fields)
         metrics = self.metrics
         if decision.action is Action.ACK:
             await message.ack()

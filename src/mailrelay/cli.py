@@ -15,7 +15,16 @@ import structlog
 from bastion_core import UNKNOWN_VARIABLE_EVENT, CircuitBreaker, ConfigError, Guard, configure_logging
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
 from mailrelay._attachments import AttachmentSink, InlineSink
-from mailrelay._config import PREFIX, Settings, load_settings, mask_nats_url, read_environment, unknown_variables
+from mailrelay._config import (
+    PREFIX,
+    Settings,
+    load_settings,
+    mask_nats_url,
+    read_environment,
+    refuse_unknown_variables,
+    unknown_variables,
+    variable_defaults,
+)
 from mailrelay._delivery import WebhookClient
 from mailrelay._dns import DnsClient, NoResolver
 from mailrelay._errors import ListenFailed, QueueUnavailable
@@ -48,24 +57,50 @@ QUIET_LOGGERS = ("mail.log", "aiohttp", "nats", "asyncio")
 log = structlog.get_logger("mailrelay")
 
 
+USAGE = "usage: mailrelay [--help] [--version]   (configured by MAIL_RELAY_* variables and ./.env)"
+
+
+def help_text() -> str:
+    """``mailrelay --help``: how it is configured, then every variable with its default."""
+    rows = variable_defaults()
+    width = max(len(name) for name, _ in rows)
+    lines = [
+        USAGE,
+        "",
+        "SMTP server that posts each accepted message to a webhook as signed JSON. Settings come from MAIL_RELAY_*",
+        "variables (the process environment wins over ./.env); a bad value or an unknown MAIL_RELAY_* name stops",
+        "it with exit code 2 before it listens. What each variable means: docs/mailrelay.md.",
+        "",
+        f"{'variable':<{width}}  default",
+        *(f"{name:<{width}}  {default}" for name, default in rows),
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point; `argv` is accepted for symmetry and only `--version` is known."""
+    """Console-script entry point: ``--help``, ``--version``, or no arguments to run."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args in (["--version"], ["-V"]):
         print(USER_AGENT)
         return 0
+    if args in (["--help"], ["-h"]):
+        print(help_text())
+        return 0
     if args:
-        print("usage: mailrelay [--version]   (configured by MAIL_RELAY_* variables)", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return EXIT_CONFIG
     try:
         settings = load_settings()
+        unknown = unknown_variables(read_environment())
+        if not settings.ignore_unknown_variables:
+            refuse_unknown_variables(unknown)
         tls_context, generated = server_context(settings.tls_cert, settings.tls_key)
         dmarc = dmarc_checker(settings)
     except ConfigError as exc:
         print(f"mailrelay: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     configure_logging(settings.log_level, settings.log_format, quiet=QUIET_LOGGERS)
-    for name in unknown_variables(read_environment()):
+    for name in unknown:
         log.warning(UNKNOWN_VARIABLE_EVENT, variable=name)
     if generated:
         log.warning(
@@ -174,6 +209,7 @@ async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: D
         secret=settings.webhook_signing_secret,
         max_retries=settings.webhook_max_retries,
         backoff_base=settings.webhook_backoff_base,
+        url=settings.webhook_url,
     )
     processes = WorkerProcesses()
     workers: DeliveryWorkers | None = None

@@ -10,6 +10,7 @@ import mailrelay
 from mailrelay import parse_settings
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
 from mailrelay._attachments import InlineSink
+from mailrelay._config import REMOVED_VARIABLES, VARIABLES
 from mailrelay._mailauth import DmarcChecker
 from mailrelay._s3 import S3Sink
 from mailrelay.cli import EXIT_CONFIG, attachment_policy, attachment_sink, dmarc_checker, main, message_queue
@@ -22,15 +23,82 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_unknown_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve"]) == EXIT_CONFIG
-    assert capsys.readouterr().err == "usage: mailrelay [--version]   (configured by MAIL_RELAY_* variables)\n"
+    assert capsys.readouterr().err == (
+        "usage: mailrelay [--help] [--version]   (configured by MAIL_RELAY_* variables and ./.env)\n"
+    )
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_every_variable_with_its_default(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([flag]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines() if line.startswith("MAIL_RELAY_")}
+    assert set(rows) == VARIABLES - REMOVED_VARIABLES  # every variable a setting reads, nothing else
+    assert rows["MAIL_RELAY_TARGET_EMAILS"] == "required"
+    assert rows["MAIL_RELAY_WEBHOOK_URL"] == "required"
+    assert rows["MAIL_RELAY_PORT"] == "2525"
+    assert rows["MAIL_RELAY_WEBHOOK_SIGNING_SECRET"] == "unset"
+    assert rows["MAIL_RELAY_WEBHOOK_ALLOW_INSECURE"] == "false"
+    assert rows["MAIL_RELAY_MAX_MESSAGE_SIZE"] == "26214400"
+    assert rows["MAIL_RELAY_ATTACHMENT_DENIED_TYPES"] == "empty"
+    assert rows["MAIL_RELAY_IGNORE_UNKNOWN_VARIABLES"] == "false"
+    assert out.startswith("usage: mailrelay [--help] [--version]")
+
+
+def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in __import__("os").environ if n.startswith("MAIL_RELAY_")]:
+        monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        pytest.param(
+            "MAIL_RELAY_WEBHOK_URL",
+            "MAIL_RELAY_WEBHOK_URL: not a MailRelay variable (did you mean MAIL_RELAY_WEBHOOK_URL?); fix the name, "
+            "or set MAIL_RELAY_IGNORE_UNKNOWN_VARIABLES=true to start anyway",
+            id="typo",
+        ),
+        pytest.param(
+            "MAIL_RELAY_COLOUR",
+            "MAIL_RELAY_COLOUR: not a MailRelay variable; fix the name, or set "
+            "MAIL_RELAY_IGNORE_UNKNOWN_VARIABLES=true to start anyway",
+            id="nothing-close",
+        ),
+    ],
+)
+def test_an_unknown_variable_stops_the_start(
+    name: str, message: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _clean_environment(monkeypatch, tmp_path)
+    for variable, value in REQUIRED.items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.setenv(name, "x")
+    assert main([]) == EXIT_CONFIG
+    assert capsys.readouterr().err == f"mailrelay: configuration error: {message}\n"
+
+
+def test_an_unknown_variable_in_dotenv_stops_the_start_too(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _clean_environment(monkeypatch, tmp_path)
+    (tmp_path / ".env").write_text(
+        "MAIL_RELAY_TARGET_EMAILS=inbox@example.test\nMAIL_RELAY_WEBHOOK_URL=https://hooks.example/m\n"
+        "MAIL_RELAY_PROT=25\nMAIL_RELAY_MAX_MESAGE_SIZE=1\n"
+    )
+    assert main([]) == EXIT_CONFIG
+    assert capsys.readouterr().err == (
+        "mailrelay: configuration error: MAIL_RELAY_MAX_MESAGE_SIZE: not a MailRelay variable (did you mean "
+        "MAIL_RELAY_MAX_MESSAGE_SIZE?) (1 more unknown); fix the name, or set "
+        "MAIL_RELAY_IGNORE_UNKNOWN_VARIABLES=true to start anyway\n"
+    )
 
 
 def test_configuration_error_exits_2_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    for name in [n for n in __import__("os").environ if n.startswith("MAIL_RELAY_")]:
-        monkeypatch.delenv(name)
+    _clean_environment(monkeypatch, tmp_path)
     monkeypatch.setenv("MAIL_RELAY_TARGET_EMAILS", "inbox@example.test")
     monkeypatch.setenv("MAIL_RELAY_WEBHOOK_URL", "http://example.com/hook")
     monkeypatch.setenv("MAIL_RELAY_WEBHOOK_SIGNING_SECRET", "do-not-print")

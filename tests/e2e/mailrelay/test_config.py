@@ -153,10 +153,19 @@ def test_health_port_in_use_exits_1_naming_the_health_variables(tmp_path: Path) 
     )
 
 
-def test_unknown_variable_is_a_warning_not_a_refusal(
+def test_unknown_variable_stops_the_relay_before_it_listens(tmp_path: Path) -> None:
+    result = run_relay(tmp_path, **VALID, PROT="25")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "mailrelay: configuration error: MAIL_RELAY_PROT: not a MailRelay variable (did you mean MAIL_RELAY_PORT?); "
+        "fix the name, or set MAIL_RELAY_IGNORE_UNKNOWN_VARIABLES=true to start anyway\n"
+    )
+
+
+def test_unknown_variable_is_a_warning_when_told_to_ignore_them(
     start_relay: Callable[..., RelayProcess], receiver: WebhookReceiver
 ) -> None:
-    relay = start_relay(WEBHOOK_URL=receiver.url, PROT="25", LOG_LEVEL="warning")
+    relay = start_relay(WEBHOOK_URL=receiver.url, PROT="25", LOG_LEVEL="warning", IGNORE_UNKNOWN_VARIABLES="true")
     (event,) = relay.events(UNKNOWN_VARIABLE_EVENT)
     assert (event["level"], event["variable"]) == ("warning", "MAIL_RELAY_PROT")
     assert relay.events("mailrelay_started") == []  # LOG_LEVEL=warning keeps info events out

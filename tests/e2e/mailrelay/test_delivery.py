@@ -104,6 +104,9 @@ def test_webhook_down_is_451_and_nothing_delivered(
     retries = relay.events("webhook_retry_scheduled")
     assert [event["attempt"] for event in retries] == [1, 2, 3]  # 1 attempt + 3 retries
     assert {event["problem"] for event in retries} == {"connection error: ConnectError"}
+    assert {event["webhook"] for event in retries} == {dead_url}  # the log names the URL it could not reach
+    (exhausted,) = relay.events("webhook_retries_exhausted")
+    assert (exhausted["webhook"], exhausted["attempts"]) == (dead_url, 4)
     (relayed,) = relay.events("message_relayed")
     assert (relayed["outcome"], relayed["attempts"], relayed["status"]) == ("temporary_failure", 4, None)
 
@@ -115,6 +118,20 @@ def test_persistent_500_is_451_after_all_retries(
     webhook.reset(default=500)
     assert transaction(relay) == failed("HTTP 500")
     assert len(webhook.wait_for(3)) == 3
+    (exhausted,) = relay.events("webhook_retries_exhausted")
+    assert (exhausted["webhook"], exhausted["problem"]) == (webhook.url, "HTTP 500")
+
+
+def test_the_log_names_the_webhook_with_its_password_masked(
+    start_relay: Callable[..., RelayProcess], webhook: WebhookReceiver
+) -> None:
+    with_password = webhook.url.replace("http://", "http://relay:s3cret@", 1) + "?token=abc"
+    relay = start_relay(WEBHOOK_URL=with_password, WEBHOOK_MAX_RETRIES="0")
+    webhook.reset(default=400)
+    assert transaction(relay) == (554, b"5.6.0 Webhook refused the message (HTTP 400)")  # the reply names no URL
+    (answer,) = relay.events("webhook_final_answer")
+    assert answer["webhook"] == webhook.url.replace("http://", "http://relay:***@", 1) + "?***"
+    assert "s3cret" not in relay.logs() and "token=abc" not in relay.logs()
 
 
 def test_webhook_timeout_is_retried_then_451(

@@ -1,0 +1,153 @@
+"""``bastion run --reload``: development only. Restart the service when its code, config or policies change.
+
+A supervisor process binds the port once and runs the service in a worker process that serves on that socket
+(inherited by file descriptor). When a watched file changes, the supervisor first checks the new code and
+config in a separate process (import, build: what ``bastion run`` checks before it listens). If the check
+fails, its one ``error: ...`` line is printed and the running worker keeps serving the previous version;
+otherwise the old worker is stopped (gracefully) and a new one started on the same socket. Connections that
+arrive during the swap wait in the socket's backlog instead of being refused.
+
+Watched (``watchfiles``, the library uvicorn's ``--reload`` uses): ``*.py`` files under the app directory
+(``--app-dir``, default ``.``; virtualenvs, ``.git`` and caches ignored), the config file, ``./.env`` and the
+policy file the config names. A change to ``service.host``/``service.port`` needs a restart of the command.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+import structlog
+import watchfiles
+
+from bastion.config import Settings
+from bastion.errors import ConfigError
+
+STOP_TIMEOUT_SECS = 10.0
+"""How long a replaced worker may take to finish its requests before it is killed (development only)."""
+FD_OPTION, CHECK_OPTION = "--fd", "--check-only"
+
+log = structlog.get_logger("bastion.reload")
+
+
+def watched_files(settings: Settings, *, config_path: str | None, app_dir: str) -> tuple[Path, set[Path]]:
+    """The app directory (for ``*.py``) and the single files whose change restarts the worker."""
+    files = {Path(".env").resolve()}
+    if config_path:
+        files.add(Path(config_path).resolve())
+    if settings.policy.active and settings.policy.policy_path:
+        files.add(Path(settings.policy.policy_path).resolve())
+    return Path(app_dir).resolve(), files
+
+
+class _Filter(watchfiles.DefaultFilter):
+    """Python files under the app directory and the named files; watchfiles' default ignores (``.git``,
+    ``__pycache__``, virtualenvs, editor swap files) apply to both."""
+
+    def __init__(self, files: set[Path]) -> None:
+        super().__init__()
+        self.files = {str(path) for path in files}
+
+    def __call__(self, change: watchfiles.Change, path: str) -> bool:
+        if path in self.files:
+            return True
+        return path.endswith(".py") and super().__call__(change, path)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket the workers inherit (IPv6 when ``host`` is an IPv6 address)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+class Reloader:
+    """Runs ``worker_argv`` (a ``bastion run`` command line) as the serving worker, replaced on each change."""
+
+    def __init__(self, worker_argv: Sequence[str], sock: socket.socket, watch: tuple[Path, set[Path]]) -> None:
+        self.worker_argv = list(worker_argv)
+        self.sock = sock
+        self.app_dir, self.files = watch
+        self.worker: subprocess.Popen[bytes] | None = None
+        self.stopping = threading.Event()
+
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        logging.getLogger("watchfiles").setLevel(logging.WARNING)  # "1 change detected": ours names the files
+        try:
+            if self._check():
+                self.worker = self._start()
+            # Files outside the app directory are watched one by one (not their folder: for ./.env that would be
+            # the whole project, virtualenv included); one that does not exist yet is not noticed when it appears.
+            outside = [path for path in self.files if not path.is_relative_to(self.app_dir) and path.exists()]
+            for changes in watchfiles.watch(
+                self.app_dir, *sorted(outside), watch_filter=_Filter(self.files), stop_event=self.stopping
+            ):
+                changed = sorted({self._shown(Path(path)) for _, path in changes})
+                log.warning("reload_changes_detected", changed=changed)
+                self.reload()
+        finally:
+            self._stop(self.worker)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.sock.close()
+        return 0
+
+    def _shown(self, path: Path) -> str:
+        return str(path.relative_to(self.app_dir)) if path.is_relative_to(self.app_dir) else str(path)
+
+    def reload(self) -> None:
+        """Check the new version; swap the worker only when it passes (else the old one keeps serving)."""
+        if not self._check():
+            if self.worker is not None and self.worker.poll() is None:
+                log.error("reload_failed_previous_version_serving")
+            return
+        self._stop(self.worker)
+        self.worker = self._start()
+
+    def _check(self) -> bool:
+        """Import and build the service in a separate process; it prints the one-line error itself."""
+        return subprocess.run([*self.worker_argv, CHECK_OPTION], check=False).returncode == 0
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        fd = self.sock.fileno()
+        return subprocess.Popen([*self.worker_argv, FD_OPTION, str(fd)], pass_fds=(fd,))
+
+    @staticmethod
+    def _stop(worker: subprocess.Popen[bytes] | None) -> None:
+        if worker is None or worker.poll() is not None:
+            return
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=STOP_TIMEOUT_SECS)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+    def _on_signal(self, sig: int, frame: FrameType | None) -> None:
+        self.stopping.set()
+
+
+def worker_argv(app: str, *, config_path: str | None, app_dir: str, log_level: str | None, debug: bool) -> list[str]:
+    """The ``bastion run`` command line of a worker (host and port come from the inherited socket)."""
+    argv = [sys.executable, "-m", "bastion", *(["--debug"] if debug else []), "run", app, "--app-dir", app_dir]
+    if config_path:
+        argv += ["--config", config_path]
+    if log_level:
+        argv += ["--log-level", log_level]
+    return argv
