@@ -91,3 +91,16 @@ async def test_the_servers_connections_use_it_and_the_answer_encoder() -> None:
     assert protocol.connection._transport.transport is real
     assert isinstance(protocol.connection._connection.encoder, ResponseEncoder)
     protocol.connection_lost(None)
+
+
+def test_the_reset_budget_allows_a_burst_then_the_rate() -> None:
+    from bastion.grpc._server import RESET_BURST, RESETS_PER_SEC, ResetBudget
+
+    now = [100.0]
+    budget = ResetBudget(lambda: now[0])
+    assert all(budget.take() for _ in range(RESET_BURST))
+    assert not budget.take()
+    now[0] += 10.5 / RESETS_PER_SEC  # time for ten and a half more
+    assert [budget.take() for _ in range(11)] == [True] * 10 + [False]
+    now[0] += 3600.0  # refilled, never above the burst
+    assert sum(budget.take() for _ in range(RESET_BURST + 5)) == RESET_BURST

@@ -13,7 +13,12 @@ import httpx
 import pytest
 from grpclib.health.v1 import health_pb2
 from grpclib.reflection.v1 import reflection_pb2
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import RemoteSettingsChanged
 
+from bastion.grpc._server import RESET_BURST
 from bastion.testing import TokenMinter
 from bastion_core.testing import free_port
 from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
@@ -232,6 +237,105 @@ def test_garbage_after_the_http2_preface_closes_only_that_connection(target: Tar
             received += chunk
     assert received.endswith(b"\x00\x00\x00\x01"), received  # a GOAWAY with PROTOCOL_ERROR, then close
     assert httpx.get(target.http + "/health").status_code == 200
+
+
+def _handshaken(address: str) -> tuple[socket.socket, H2Connection]:
+    """A raw socket past the HTTP/2 handshake (preface and SETTINGS both ways), and the client's h2 state."""
+    host, port = address.split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    client = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
+    client.initiate_connection()
+    sock.sendall(client.data_to_send())
+    while not any(isinstance(event, RemoteSettingsChanged) for event in client.receive_data(sock.recv(65536))):
+        pass
+    sock.sendall(client.data_to_send())  # our SETTINGS ack
+    return sock, client
+
+
+def _goaway_code(sock: socket.socket) -> int:
+    """Read frames until the server's GOAWAY and the close; its error code (fails if it closes without one)."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    offset, codes = 0, []
+    while offset + 9 <= len(received):
+        length = int.from_bytes(received[offset : offset + 3], "big")
+        if received[offset + 3] == 0x7:  # GOAWAY: last stream id, then the error code
+            codes.append(int.from_bytes(received[offset + 13 : offset + 17], "big"))
+        offset += 9 + length
+    assert codes, f"closed without a GOAWAY: {received!r}"
+    return codes[-1]
+
+
+def _request_headers(target: Target) -> list[tuple[str, str]]:
+    return [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":authority", target.grpc_address),
+        (":path", LIST),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("frames", "code"),
+    [
+        pytest.param(
+            # HEADERS on stream 1 whose field block is an index beyond both tables
+            b"\x00\x00\x05\x01\x05\x00\x00\x00\x01" + b"\xff\xff\xff\xff\x0f",
+            ErrorCodes.COMPRESSION_ERROR,
+            id="bad-hpack",
+        ),
+        pytest.param(b"\x00\x00\x01\x01\x05\x00\x00\x00\x00\x82", ErrorCodes.PROTOCOL_ERROR, id="headers-on-stream-0"),
+        pytest.param(
+            b"\x00\x40\x01\x00\x00\x00\x00\x00\x01" + b"\x00" * 16385, ErrorCodes.FRAME_SIZE_ERROR, id="oversized-frame"
+        ),
+    ],
+)
+def test_a_protocol_error_after_the_handshake_is_a_goaway_with_its_code(
+    target: Target, channel: grpc.Channel, minter: TokenMinter, frames: bytes, code: ErrorCodes
+) -> None:
+    sock, _ = _handshaken(target.grpc_address)
+    with sock:
+        sock.sendall(frames)
+        assert _goaway_code(sock) == code
+    # Only that connection: HTTP/1.1 and gRPC on other connections are served.
+    assert httpx.get(target.http + "/health", timeout=10).status_code == 200
+    assert (
+        len(
+            pb_grpc.DocumentServiceStub(channel)
+            .ListDocuments(pb.ListDocumentsRequest(limit=1), metadata=auth(minter), timeout=10)
+            .items
+        )
+        == 1
+    )
+
+
+def test_a_rapid_reset_burst_is_a_goaway_enhance_your_calm(
+    target: Target, channel: grpc.Channel, minter: TokenMinter
+) -> None:
+    """CVE-2023-44487: streams opened and reset at once. The first RESET_BURST pass; the connection then ends."""
+    sock, client = _handshaken(target.grpc_address)
+    with sock:
+        for batch in range(0, 2 * RESET_BURST, 100):
+            for stream_id in range(2 * batch + 1, 2 * (batch + 100) + 1, 2):
+                client.send_headers(stream_id, _request_headers(target))
+                client.reset_stream(stream_id)
+            try:
+                sock.sendall(client.data_to_send())
+            except (BrokenPipeError, ConnectionResetError):
+                break  # the server has had enough and closed
+        assert _goaway_code(sock) == ErrorCodes.ENHANCE_YOUR_CALM
+    assert httpx.get(target.http + "/health", timeout=10).status_code == 200
+    assert (
+        len(
+            pb_grpc.DocumentServiceStub(channel)
+            .ListDocuments(pb.ListDocumentsRequest(limit=1), metadata=auth(minter), timeout=10)
+            .items
+        )
+        == 1
+    )
 
 
 def test_http2_is_refused_where_grpc_is_disabled(

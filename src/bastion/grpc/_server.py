@@ -14,6 +14,11 @@ from grpclib.health.service import OVERALL, Health
 from grpclib.protocol import H2Protocol
 from grpclib.reflection.service import ServerReflection
 from grpclib.server import Server
+from h2.errors import ErrorCodes
+from h2.events import StreamReset
+from h2.exceptions import ProtocolError as H2ProtocolError
+from hpack.exceptions import HPACKError, OversizedHeaderListError
+from hyperframe.frame import GoAwayFrame
 
 from bastion.grpc import _hpack
 from bastion.grpc._interceptors import GrpcGuard
@@ -80,17 +85,91 @@ class CoalescingTransport(asyncio.Transport):
         return self.transport.get_extra_info(name, default)
 
 
+RESET_BURST = 500
+"""RST_STREAM frames a client may send at once before the rate applies (CVE-2023-44487, "rapid reset")."""
+RESETS_PER_SEC = 100.0
+"""Sustained RST_STREAM frames per second a connection may send; beyond, GOAWAY ENHANCE_YOUR_CALM and close."""
+
+
+class ResetBudget:
+    """A token bucket of stream resets: ``RESET_BURST`` at once, refilled at ``RESETS_PER_SEC``.
+
+    Each reset stream cost the server a call it started and cancelled; a client opening and resetting streams in
+    a loop makes the server work without ever being limited by ``max_concurrent_streams`` (the streams close at
+    once). Legitimate clients cancel calls too (deadlines), far below this rate.
+    """
+
+    __slots__ = ("_clock", "_stamp", "_tokens")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._tokens = float(RESET_BURST)
+        self._stamp = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(float(RESET_BURST), self._tokens + (now - self._stamp) * RESETS_PER_SEC)
+        self._stamp = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
+def _connection_error_code(exc: H2ProtocolError) -> ErrorCodes:
+    """The GOAWAY code for a connection error h2 raised: its own, except a field block that does not decode,
+    which RFC 9113 4.3 makes a COMPRESSION_ERROR (h2 says PROTOCOL_ERROR)."""
+    if isinstance(exc.__cause__, HPACKError) and not isinstance(exc.__cause__, OversizedHeaderListError):
+        return ErrorCodes.COMPRESSION_ERROR
+    return ErrorCodes(exc.error_code)
+
+
 class _H2Protocol(H2Protocol):
-    """grpclib's HTTP/2 protocol with Bastion's HPACK encoder for answers (``_hpack.ResponseEncoder``) and
-    its writes coalesced per loop iteration (``CoalescingTransport``)."""
+    """grpclib's HTTP/2 protocol with Bastion's HPACK encoder for answers (``_hpack.ResponseEncoder``), its
+    writes coalesced per loop iteration (``CoalescingTransport``), a GOAWAY before the close on a connection
+    error (grpclib closed without sending the one h2 prepared) and a bounded stream-reset rate."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         # Nothing is encoded before the first answer, so the encoder can change here; the client's SETTINGS
         # (header table size) arrive later and reach the new one. Streams take the connection's transport
         # when they open, so every frame after the server's SETTINGS goes through the coalescing one.
+        loop = running_loop()
         self.connection._connection.encoder = _hpack.ResponseEncoder()
-        self.connection._transport = CoalescingTransport(cast(asyncio.Transport, transport), running_loop())
+        self.connection._transport = CoalescingTransport(cast(asyncio.Transport, transport), loop)
+        self.resets = ResetBudget(loop.time)
+
+    def data_received(self, data: bytes) -> None:
+        connection = self.connection
+        try:
+            events = connection.feed(data)
+        except H2ProtocolError as exc:
+            self._goaway(_connection_error_code(exc), str(exc), replace=True)
+            return
+        connection.flush()
+        for event in events:
+            if isinstance(event, StreamReset) and not self.resets.take():
+                self._goaway(ErrorCodes.ENHANCE_YOUR_CALM, "too many stream resets", replace=False)
+                return
+            self.processor.process(event)
+        connection.flush()
+
+    def _goaway(self, code: ErrorCodes, reason: str, *, replace: bool) -> None:
+        """Send GOAWAY with ``code`` (RFC 9113 5.4.1), then close the connection and its calls.
+
+        ``replace``: h2 has already queued a GOAWAY for the error it raised (and is closed); ours replaces it,
+        so the code is the one chosen here (nothing else h2 queued matters on a connection that is closing).
+        """
+        h2_connection = self.connection._connection
+        if replace:
+            h2_connection.clear_outbound_data_buffer()
+            frame = GoAwayFrame(0, last_stream_id=h2_connection.highest_inbound_stream_id, error_code=code)
+            self.connection._transport.write(frame.serialize())
+        else:
+            h2_connection.close_connection(error_code=code, additional_data=reason.encode()[:256])
+            self.connection.flush()
+        log.info("http2_connection_error", code=code.name, reason=reason[:200])
+        self.processor.close("Protocol error")
 
 
 class GrpcServer:
