@@ -109,6 +109,7 @@ EXPECTED = {
         "PolicyDenied",
         "PolicyError",
         "RateLimitExceeded",
+        "RequestTimeout",
         "TokenError",
         "TokenExpired",
         "TokenRevoked",

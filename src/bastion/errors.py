@@ -12,6 +12,7 @@
     ├── PolicyDenied                  403 FORBIDDEN
     ├── NotFound                      404 NOT_FOUND
     ├── MethodNotAllowed              405 METHOD_NOT_ALLOWED
+    ├── RequestTimeout                408 REQUEST_TIMEOUT (the body did not arrive in time)
     ├── PayloadTooLarge               413 PAYLOAD_TOO_LARGE
     ├── UnsupportedMediaType          415 UNSUPPORTED_MEDIA_TYPE
     ├── HeadersTooLarge               431 HEADERS_TOO_LARGE (written by the listener itself)
@@ -66,6 +67,7 @@ __all__ = [
     "PolicyDenied",
     "PolicyError",
     "RateLimitExceeded",
+    "RequestTimeout",
     "TokenError",
     "TokenExpired",
     "TokenRevoked",
@@ -260,6 +262,13 @@ class BrokerRequestFailed(BastionError):
     def __init__(self, message: str | None = None, *, responder_error: str = "") -> None:
         super().__init__(message)
         self.responder_error = responder_error
+
+
+class RequestTimeout(BastionError):
+    """The client did not send its request body within ``middleware.timeout_secs`` (RFC 9110 15.5.9)."""
+
+    status, code, grpc_status = 408, "REQUEST_TIMEOUT", "DEADLINE_EXCEEDED"
+    message = "Request body not received in time"
 
 
 class GatewayTimeout(BastionError):

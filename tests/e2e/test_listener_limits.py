@@ -27,6 +27,7 @@ MAX_HEADER_BYTES = 4096
 MAX_HEADERS = 20
 HEADER_READ_TIMEOUT_SECS = 1
 KEEP_ALIVE_TIMEOUT_SECS = 1
+REQUEST_TIMEOUT_SECS = 1
 # A timeout must have struck by then: its own length plus a generous margin for a loaded machine.
 CLOSE_WITHIN_SECS = 4.0
 ENV = {
@@ -35,6 +36,7 @@ ENV = {
     "SERVICE_MAX_HEADERS": str(MAX_HEADERS),
     "SERVICE_HEADER_READ_TIMEOUT_SECS": str(HEADER_READ_TIMEOUT_SECS),
     "SERVICE_KEEP_ALIVE_TIMEOUT_SECS": str(KEEP_ALIVE_TIMEOUT_SECS),
+    "SERVICE_MIDDLEWARE_TIMEOUT_SECS": str(REQUEST_TIMEOUT_SECS),
 }
 PING = b"GET /api/v1/ping HTTP/1.1\r\nHost: t\r\n\r\n"
 PING_AND_CLOSE = b"GET /api/v1/ping HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
@@ -209,6 +211,19 @@ def test_trickled_head_is_closed_although_bytes_keep_arriving(connect: Callable[
         readable, _, _ = select.select([sock], [], [], 0.2)
         closed = bool(readable) and is_closed_by_server(sock)
     assert closed
+
+
+def test_a_body_sent_too_slowly_is_408_then_close(connect: Callable[[], socket.socket]) -> None:
+    """The head arrived, the body does not (slowloris on the body): 408 after middleware.timeout_secs, not 504."""
+    sock = connect()
+    sock.sendall(
+        b"POST /api/v1/echo HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    )
+    received = read_to_eof(sock)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert b"\r\nconnection: close" in head.lower()
+    assert body == b'{"error":"Request body not received within 1s","code":"REQUEST_TIMEOUT","status":408}'
 
 
 def test_silent_connection_is_closed_after_header_read_timeout(connect: Callable[[], socket.socket]) -> None:

@@ -23,6 +23,7 @@ from bastion.errors import (
     NotFound,
     PayloadTooLarge,
     PolicyDenied,
+    RequestTimeout,
     TokenError,
     Unavailable,
     UnsupportedMediaType,
@@ -52,6 +53,7 @@ _CODE_FOR_STATUS: Mapping[int, type[BastionError]] = {
         UnsupportedMediaType,
         ValidationFailed,
         Unavailable,
+        RequestTimeout,
         GatewayTimeout,
     )
 }

@@ -1,4 +1,5 @@
-"""Request limits: a deadline for the whole response (504) and a cap on the body size (413)."""
+"""Request limits: a deadline for the whole response (504; 408 while the body is still arriving) and a cap on the
+body size (413)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ import asyncio
 
 from starlette.exceptions import HTTPException
 
-from bastion.errors import BadRequest, GatewayTimeout, PayloadTooLarge
+from bastion.errors import BadRequest, GatewayTimeout, PayloadTooLarge, RequestTimeout
 from bastion.middleware._errors import TrackedSend
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 from bastion_core import running_loop
 
 
 class TimeoutMiddleware:
-    """Cancel a handler that has not started its response within ``timeout_secs``; raise GatewayTimeout.
+    """Cancel a handler that has not started its response within ``timeout_secs``; raise GatewayTimeout (504),
+    or RequestTimeout (408, with ``Connection: close``) when the handler was waiting for the client's body then:
+    the time went to a client too slow to send it, not to the service.
 
     A response already streaming when the deadline passes is cut off (the server closes the connection).
     What ``asyncio.timeout`` does, with one timer on the loop and no loop lookup per request (on Python 3.11
@@ -29,13 +32,14 @@ class TimeoutMiddleware:
             await self.app(scope, receive, send)
             return
         tracked = TrackedSend(send)
+        body = _BodyWait(receive)
         loop = running_loop()
         task = asyncio.current_task(loop)
         assert task is not None
         deadline = _Deadline(task)
         timer = loop.call_at(loop.time() + self.timeout_secs, deadline.expire)
         try:
-            await self.app(scope, receive, tracked)
+            await self.app(scope, body, tracked)
         except asyncio.CancelledError:
             # Ours (not a cancellation from outside, which keeps its CancelledError): the deadline passed.
             if not deadline.expired:
@@ -45,11 +49,31 @@ class TimeoutMiddleware:
                 raise
             if tracked.started:
                 raise TimeoutError from None
+            if body.waiting:
+                raise RequestTimeout(
+                    f"Request body not received within {self.timeout_secs:g}s", headers=[("Connection", "close")]
+                ) from None
             raise GatewayTimeout(f"Request timed out after {self.timeout_secs:g}s") from None
         finally:
             timer.cancel()
             if deadline.expired:  # the handler swallowed our cancellation: take it back all the same
                 task.uncancel()
+
+
+class _BodyWait:
+    """The request's ``receive``, remembering whether the handler is waiting on it right now."""
+
+    __slots__ = ("receive", "waiting")
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.waiting = False
+
+    async def __call__(self) -> Message:
+        self.waiting = True
+        message = await self.receive()
+        self.waiting = False  # not on the way out of a cancellation: the deadline reads it then
+        return message
 
 
 class _Deadline:

@@ -11,7 +11,7 @@ import pytest
 from fastapi import Request
 
 from bastion import Service
-from bastion.errors import GatewayTimeout
+from bastion.errors import GatewayTimeout, RequestTimeout
 from bastion.middleware._limits import TimeoutMiddleware
 from bastion.types import Message, Receive, Scope, Send
 from tests.conftest import open_settings
@@ -45,6 +45,44 @@ async def test_slow_handler_gets_504(asgi_client: Callable[..., httpx.AsyncClien
         "code": "GATEWAY_TIMEOUT",
         "status": 504,
     }
+
+
+async def test_a_body_too_slow_to_arrive_is_408_and_closes() -> None:
+    """The deadline passes while the handler waits for the client's body: the client's fault, not a 504."""
+
+    async def read_body(scope: Scope, receive: Receive, send: Send) -> None:
+        while (await receive()).get("more_body"):
+            pass
+
+    async def slow_client() -> Message:
+        await asyncio.sleep(30)
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    middleware = TimeoutMiddleware(read_body, timeout_secs=0.05)
+    with pytest.raises(RequestTimeout) as info:
+        await middleware({"type": "http", "method": "POST", "path": "/"}, slow_client, _discard)
+    assert (info.value.status, info.value.code, info.value.detail) == (
+        408,
+        "REQUEST_TIMEOUT",
+        "Request body not received within 0.05s",
+    )
+    assert info.value.headers == [("Connection", "close")]
+
+
+async def test_a_slow_handler_after_the_body_arrived_is_still_504() -> None:
+    async def read_then_hang(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+        await asyncio.sleep(30)
+
+    async def whole_body() -> Message:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    with pytest.raises(GatewayTimeout):
+        await TimeoutMiddleware(read_then_hang, timeout_secs=0.05)({"type": "http"}, whole_body, _discard)
+
+
+async def _discard(message: Message) -> None:
+    pass
 
 
 async def test_declared_oversized_body_is_413_before_reading(

@@ -1,4 +1,5 @@
-"""A one-route service for the listener-limit tests: ``GET /api/v1/ping`` answers ``{"pong": true}``."""
+"""The service of the listener-limit tests: ``GET /api/v1/ping`` answers ``{"pong": true}``, ``POST /api/v1/echo``
+reads a JSON body."""
 
 from bastion import Service
 
@@ -9,3 +10,8 @@ v1 = service.version(1)
 @v1.get("/ping")
 async def ping() -> dict[str, bool]:
     return {"pong": True}
+
+
+@v1.post("/echo")
+async def echo(payload: dict[str, str]) -> dict[str, int]:
+    return {"keys": len(payload)}
