@@ -22,6 +22,12 @@ class Recording(asyncio.Transport):
     def close(self) -> None:
         self.closed = True
 
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.writes.append(b"<FIN>")
+
     def abort(self) -> None:
         self.aborted = self.closed = True
 
@@ -62,6 +68,16 @@ async def test_close_writes_what_is_pending_first_and_abort_drops_it() -> None:
     transport.abort()
     await asyncio.sleep(0)
     assert real.writes == [] and real.aborted
+
+
+async def test_answer_and_close_sends_fin_and_closes_only_after_the_linger() -> None:
+    real = Recording()
+    transport = CoalescingTransport(real, asyncio.get_running_loop())
+    transport.write(b"earlier-frames|")
+    transport.answer_and_close(b"goaway")
+    assert real.writes == [b"earlier-frames|", b"goaway", b"<FIN>"]
+    transport.close()  # grpclib closing the connection: the linger timer does it, so a reset cannot eat the GOAWAY
+    assert not real.closed
 
 
 async def test_a_transport_closed_under_it_is_not_written_to() -> None:

@@ -20,6 +20,7 @@ from h2.exceptions import ProtocolError as H2ProtocolError
 from hpack.exceptions import HPACKError, OversizedHeaderListError
 from hyperframe.frame import GoAwayFrame
 
+from bastion._listener import answer_and_close
 from bastion.grpc import _hpack
 from bastion.grpc._interceptors import GrpcGuard
 from bastion_core import running_loop
@@ -50,13 +51,14 @@ class CoalescingTransport(asyncio.Transport):
     pending first; ``abort`` drops it, as the transport's own ``abort`` drops its buffer.
     """
 
-    __slots__ = ("_loop", "_pending", "transport")
+    __slots__ = ("_lingering", "_loop", "_pending", "transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self.transport = transport
         self._loop = loop
         self._pending: list[bytes | bytearray | memoryview] = []
+        self._lingering = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
@@ -72,7 +74,16 @@ class CoalescingTransport(asyncio.Transport):
 
     def close(self) -> None:
         self.flush()
-        self.transport.close()
+        if not self._lingering:  # else the linger timer closes it
+            self.transport.close()
+
+    def answer_and_close(self, data: bytes) -> None:
+        """Write what is pending, then ``data`` (a GOAWAY), then FIN; close after the linger (the listener's
+        ``answer_and_close``): a socket closed with the client's frames still unread would answer with RST,
+        and the client could lose the GOAWAY before reading it."""
+        self.flush()
+        self._lingering = True
+        answer_and_close(self.transport, data, self._loop)
 
     def abort(self) -> None:
         self._pending = []
@@ -139,7 +150,12 @@ class _H2Protocol(H2Protocol):
         self.connection._transport = CoalescingTransport(cast(asyncio.Transport, transport), loop)
         self.resets = ResetBudget(loop.time)
 
+    closed = False
+    """A connection error ended the connection: what the client still sends is dropped (see ``_goaway``)."""
+
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
         connection = self.connection
         try:
             events = connection.feed(data)
@@ -164,12 +180,16 @@ class _H2Protocol(H2Protocol):
         if replace:
             h2_connection.clear_outbound_data_buffer()
             frame = GoAwayFrame(0, last_stream_id=h2_connection.highest_inbound_stream_id, error_code=code)
-            self.connection._transport.write(frame.serialize())
+            goaway = frame.serialize()
         else:
             h2_connection.close_connection(error_code=code, additional_data=reason.encode()[:256])
-            self.connection.flush()
+            goaway = h2_connection.data_to_send()
+        self.closed = True
+        transport = self.connection._transport
+        assert isinstance(transport, CoalescingTransport)
+        transport.answer_and_close(goaway)
         log.info("http2_connection_error", code=code.name, reason=reason[:200])
-        self.processor.close("Protocol error")
+        self.processor.close("Protocol error")  # the calls end now; the socket after the linger
 
 
 class GrpcServer:
