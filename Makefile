@@ -51,6 +51,11 @@ format: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
+# Schemathesis, every check, against `bastion run` of the example (v1 and v2; docs/api-docs.md).
+.PHONY: schemathesis
+schemathesis: install
+	$(BIN)/python -m tests.e2e.schemathesis_example
+
 # Regenerate the example's gRPC code (committed; run after editing a .proto file).
 PROTO_DIR := examples/documents_api/proto
 proto: install

@@ -18,12 +18,12 @@ from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from starlette.datastructures import State
 from starlette.routing import BaseRoute
 
+from bastion._api_docs import ApiDocs
 from bastion._claims import current_claims, optional_claims
 from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
 from bastion._metrics import Metrics, serve_metrics
 from bastion._parts import SECURITY_SLOTS, ServiceParts, Slot
 from bastion._pipeline import Step, assemble, grpc_steps, pipeline
-from bastion._responses import send_json
 from bastion._security import Posture, Security
 from bastion._tracing import Tracing
 from bastion.auth._routes import revoke_token_route
@@ -38,9 +38,10 @@ from bastion.policy._engine import LoadedPolicies
 from bastion.policy._routes import reload_policy_route
 from bastion.resilience._layer import layers_from
 from bastion.routing._fallback import Dispatcher
+from bastion.routing._openapi import Gates
 from bastion.routing._resolve import RouteEntry, RouteTable
 from bastion.routing._versioned import ApiVersion
-from bastion.types import H2_PROTOCOL_FACTORY, ASGIApp, Receive, Scope, Send
+from bastion.types import H2_PROTOCOL_FACTORY, SCOPE_API_VERSION, ASGIApp, Receive, Scope, Send
 
 DEFAULT_SERVICE_NAME = "bastion-service"
 INLINE_DEPENDENCIES = frozenset({current_claims, optional_claims, current_broker, optional_broker})
@@ -93,25 +94,24 @@ class BastionApp:
         self.grpc: Any = None  # bastion.grpc._server.GrpcServer once started
 
         self.router = APIRouter()
+        self.docs = ApiDocs(
+            parts.api,
+            base_path=self.base_path,
+            title=self.name,
+            version=self.version,
+            public=settings.service.api_docs_public,
+            gates=self._gates,
+        )
         entries: list[RouteEntry] = []
         for number, version in sorted(parts.api.versions.items()):
             prefix = parts.api.prefix(number, self.base_path)
             self.router.include_router(version, prefix=prefix)
-            openapi = RouteEntry(
-                path=f"{prefix}/openapi.json",
-                methods=frozenset({"GET", "HEAD"}),
+            routes = RouteTable.from_router(
+                version_router(version, prefix),
                 version=number,
-                name=f"openapi_v{number}",
-                handler=self._openapi_handler(number),
+                compile_with=INLINE_DEPENDENCIES if settings.service.compiled_handlers else None,
             )
-            entries.extend(
-                RouteTable.from_router(
-                    version_router(version, prefix),
-                    version=number,
-                    extra=[openapi],
-                    compile_with=INLINE_DEPENDENCIES if settings.service.compiled_handlers else None,
-                )
-            )
+            entries.extend([*self.docs.entries(number, routes), *routes])
         self.routes = RouteTable(entries)
         checks = list(parts.checks)
         if settings.cache_store.url is not None:
@@ -278,12 +278,22 @@ class BastionApp:
     async def _metrics_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
         await serve_metrics(self.metrics, scope, receive, send)
 
-    def _openapi_handler(self, number: int) -> ASGIApp:
-        async def openapi(scope: Scope, receive: Receive, send: Send) -> None:
-            document = self.parts.api.openapi(number, base_path=self.base_path, title=self.name, version=self.version)
-            await send_json(send, 200, document, head=scope["method"] == "HEAD")
-
-        return openapi
+    def _gates(self, number: int) -> Gates:
+        """What the pipeline does in front of version ``number``'s operations: the answers its document lists."""
+        token, slots = self.settings.token, self.parts.slots
+        guards = [layer for layer in self.resilience if layer.spec.version in (None, number)]
+        return Gates(
+            needs_token=self.token_auth.rules.requires_token if self.token_auth is not None else None,
+            bearer_format="PASETO" if token.format == "paseto" else "JWT",
+            policy=self.policy is not None or bool(slots.get(Slot.POLICY)),
+            rate_limited=self.rate_limiting is not None or bool(slots.get(Slot.RATE_LIMIT)),
+            # The layer's own rule for a request, asked about the template.
+            guarded=lambda template: any(
+                layer.applies({"path": template, SCOPE_API_VERSION: number}) for layer in guards
+            ),
+            max_body_bytes=self.settings.middleware.max_body_bytes,
+            timeout_secs=self.settings.middleware.timeout_secs,
+        )
 
     async def start_grpc(self, state: dict[str, Any]) -> None:
         """Create the gRPC server in the running loop: on ``grpc.port`` or behind the main port's sniffer."""

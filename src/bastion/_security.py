@@ -219,6 +219,7 @@ class Security:
             revocation=revocation,
             broker=broker,
             metrics=metrics,
+            api_docs="public" if settings.service.api_docs_public else "token",
             grpc=grpc,
             grpc_services=grpc_services,
             tls=settings.service.tls_cert_path is not None,
@@ -246,6 +247,8 @@ class Posture:
     broker: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
     metrics: str = "off"
     """``public <path>``, ``token <path>`` (behind token auth and policy), ``port <n> <path>`` or ``off``."""
+    api_docs: str = "public"
+    """``public``: each version's docs and OpenAPI document need no token or policy; ``token``: like any route."""
     grpc_services: int = 0
     tls: bool = False
     custom_layers: dict[str, int] = field(default_factory=dict)
@@ -262,6 +265,7 @@ class Posture:
             "broker": self.broker,
             "grpc": self.grpc,
             "metrics": self.metrics,
+            "api_docs": self.api_docs,
             "tls": self.tls,
         }
         if self.custom_layers:
@@ -321,6 +325,12 @@ class Posture:
             ),
             f"grpc: {self.grpc.replace('_', ' ')}",
             f"metrics: {self.metrics}",
+            "api docs: "
+            + (
+                "public (<base_path>/v<N>/docs, /redoc, /openapi.json: no token, no policy decision)"
+                if self.api_docs == "public"
+                else "behind token auth and policy"
+            ),
             f"tls: {'on' if self.tls else 'off'}",
         ]
         for layer in self.resilience:

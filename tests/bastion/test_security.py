@@ -309,6 +309,7 @@ class TestPosture:
             "broker": {"enabled": False},
             "grpc": "same_port",
             "metrics": "public /metrics",
+            "api_docs": "public",
             "tls": False,
         }
         assert posture.lines()[:2] == [

@@ -19,6 +19,7 @@ from bastion.auth._paths import PathRules
 from bastion.auth._revocation import Revocations
 from bastion.config import TokenSettings
 from bastion.errors import TokenError, TokenRevoked
+from bastion.routing._resolve import public_route
 from bastion.types import SCOPE_CLAIMS, SCOPE_DEFERRED_REVOCATION, ASGIApp, Receive, Scope, Send
 
 AUTHORIZATION = b"authorization"
@@ -122,7 +123,8 @@ class TokenAuthMiddleware:
     """Require a valid bearer token on protected paths; put its Claims in scope[SCOPE_CLAIMS].
 
     HTTP requests and WebSocket handshakes (the same ``Authorization`` header) are checked alike. Public paths
-    (``/health``, ``/ready``, exclude/include/public rules) and CORS preflights pass untouched. Missing or
+    (``/health``, ``/ready``, exclude/include/public rules), public framework routes (the API docs with
+    ``service.api_docs_public``) and CORS preflights pass untouched. Missing or
     malformed ``Authorization`` -> 401 ``UNAUTHORIZED``; bad token -> ``INVALID_TOKEN``; expired ->
     ``TOKEN_EXPIRED``; revoked -> ``TOKEN_REVOKED``; each with ``WWW-Authenticate: Bearer`` (RFC 6750 3).
     Sits inside the route-resolution step and outside rate limiting and policy, which read the claims.
@@ -134,7 +136,12 @@ class TokenAuthMiddleware:
         self.rules = auth.rules
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in _GUARDED or not self.rules.requires_token(scope["path"]) or _is_preflight(scope):
+        if (
+            scope["type"] not in _GUARDED
+            or not self.rules.requires_token(scope["path"])
+            or _is_preflight(scope)
+            or public_route(scope)
+        ):
             await self.app(scope, receive, send)
             return
         claims = await self.auth.authenticate(

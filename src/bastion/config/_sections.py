@@ -85,6 +85,9 @@ class ServiceSettings(_Section):
     compiled_handlers: Bool = True
     """Serve the FastAPI routes of the common shapes through a handler compiled at start-up (docs/performance.md);
     ``false`` keeps FastAPI's own handler for every route."""
+    api_docs_public: Bool = True
+    """Serve each version's Swagger UI, ReDoc and OpenAPI document without a token or a policy decision
+    (docs/api-docs.md); ``false`` puts them behind token auth and policy like any route."""
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServiceSettings:

@@ -225,14 +225,15 @@ class PolicyAuthorizer:
         """Allow or raise PolicyDenied (403) / PolicyError (500).
 
         Every request is decided, those without claims as the anonymous principal (default deny applies),
-        except ``/health`` and ``/ready`` and a request whose path exists only with other methods (the
-        dispatcher answers 405 before any policy is asked, the same for every caller).
+        except ``/health`` and ``/ready``, the public API docs (``service.api_docs_public``: a framework route
+        marked public) and a request whose path exists only with other methods (the dispatcher answers 405
+        before any policy is asked, the same for every caller).
         """
         if scope["type"] != "grpc":
             if scope["path"] in ALWAYS_PUBLIC:
                 return
             route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
-            if route is not None and not route.method_allowed:
+            if route is not None and (not route.method_allowed or route.entry.public):
                 return
         claims = scope.get(SCOPE_CLAIMS)
         if not isinstance(claims, Claims):

@@ -33,6 +33,9 @@ class RouteEntry:
     handler: ASGIApp | None = None
     websocket: bool = False
     """A WebSocket route: matched only by WebSocket handshakes (which never match an HTTP route)."""
+    public: bool = False
+    """A framework route that needs no token and no policy decision: the API docs and OpenAPI documents with
+    ``service.api_docs_public`` (never set for a business route)."""
     template: str = field(init=False)
     regex: re.Pattern[str] = field(init=False, repr=False)
     convertors: dict[str, Any] = field(init=False, repr=False)
@@ -182,6 +185,12 @@ def _reached(entry: RouteEntry, params: dict[str, Any]) -> ResolvedRoute:
         allowed_methods=entry.methods or frozenset(),
         entry=entry,
     )
+
+
+def public_route(scope: Scope) -> bool:
+    """Whether the request reaches a :attr:`RouteEntry.public` route with its own method."""
+    route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
+    return route is not None and route.method_allowed and route.entry.public
 
 
 def route_path(scope: Scope) -> str:

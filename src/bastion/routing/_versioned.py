@@ -54,7 +54,7 @@ class VersionedApi:
         self.versions: dict[int, ApiVersion] = {}
         self.deprecations: dict[int, Deprecation] = {}
         self._headers: dict[int, Headers] = {}
-        self._openapi: dict[int, dict[str, Any]] = {}
+        self._openapi: dict[tuple[int, str, str, str], dict[str, Any]] = {}
 
     def version(
         self,
@@ -90,7 +90,7 @@ class VersionedApi:
             raise ConfigError(f"v{number} cannot be its own replacement")
         self.deprecations[number] = deprecation
         self._headers[number] = deprecation.headers(number)
-        self._openapi.pop(number, None)
+        self._openapi = {key: document for key, document in self._openapi.items() if key[0] != number}
 
     def deprecation_headers(self, number: int) -> Headers:
         return self._headers.get(number, [])
@@ -109,8 +109,11 @@ class VersionedApi:
         return f"{base_path}/v{number}"
 
     def openapi(self, number: int, *, base_path: str, title: str, version: str) -> dict[str, Any]:
-        """The OpenAPI document of one version (cached; rebuilt after a deprecation change)."""
-        cached = self._openapi.get(number)
+        """The OpenAPI document of one version as FastAPI builds it (cached; rebuilt after a deprecation change).
+
+        The served document adds what the pipeline answers: ``bastion.routing._openapi``."""
+        key = (number, base_path, title, version)
+        cached = self._openapi.get(key)
         if cached is not None:
             return cached
         router = APIRouter()
@@ -133,5 +136,5 @@ class VersionedApi:
                 for operation in operations.values():
                     if isinstance(operation, dict):
                         operation["deprecated"] = True
-        self._openapi[number] = document
+        self._openapi[key] = document
         return document
