@@ -135,7 +135,14 @@ EXPECTED = {
         "Scope",
         "Send",
     ],
-    "bastion.testing": ["FakeClock", "PasetoMinter", "TokenMinter", "write_dev_keys"],
+    "bastion.testing": [
+        "AsyncServiceClient",
+        "FakeClock",
+        "PasetoMinter",
+        "ServiceClient",
+        "TokenMinter",
+        "write_dev_keys",
+    ],
     "bastion_core": [
         "MASK",
         "MAX_BACKOFF_SECS",
@@ -195,7 +202,7 @@ EXPECTED = {
 PUBLIC_MODULES = {
     "bastion.errors",
     "bastion.types",
-    "bastion.testing",
+    "bastion.testing.pytest_plugin",
     "bastion_core.testing",
     "mailrelay.cli",
     "mailrelay.testing",

@@ -1,4 +1,4 @@
-"""Test helpers users can import: token minters for JWT and PASETO, with generated keys.
+"""Token minters for JWT and PASETO with generated keys, and the development key pair.
 
 Development and testing only: a service never issues tokens; its identity provider does.
 """
@@ -21,14 +21,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey, RSAKey
 
-from bastion_core.testing import FakeClock
-
 DEFAULT_TTL_SECS = 300
 _CURVES = {"ES256": "P-256", "ES384": "P-384"}
 _SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
-
-
-__all__ = ["FakeClock", "PasetoMinter", "TokenMinter", "write_dev_keys"]
 
 
 def _standard_claims(
