@@ -143,5 +143,7 @@ def register(service: Service, store: DocumentStore) -> None:
     v2.include_router(shared)
     for version in (1, 2):
         # The policies compare the caller's sub with the document owner, which the path names.
-        service.resource_extractor(f"/api/v{version}/documents/{{user_id}}/{{doc_id}}")(owner_from_path)
+        service.resource_extractor(f"/api/v{version}/documents/{{user_id}}/{{doc_id}}", attributes={"owner_id": str})(
+            owner_from_path
+        )
     service.deprecate(1, replacement=2, sunset="2027-06-30T00:00:00Z", message="v2 pages the document list.")

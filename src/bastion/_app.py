@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import structlog
@@ -35,7 +36,10 @@ from bastion.broker._specs import BrokerPlan, StreamSpec
 from bastion.config import BrokerSettings, Settings
 from bastion.errors import ConfigError
 from bastion.policy._engine import LoadedPolicies
+from bastion.policy._normalize import default_normalizer
 from bastion.policy._routes import reload_policy_route
+from bastion.policy._schema import PolicySchema, service_schema
+from bastion.policy._validation import check_policies
 from bastion.resilience._layer import layers_from
 from bastion.routing._fallback import Dispatcher
 from bastion.routing._openapi import Gates
@@ -153,6 +157,10 @@ class BastionApp:
             fallback=parts.fallback or parts.frontend_fallback,
             fallback_takes_websockets=parts.fallback is not None and parts.fallback_is_app,
         )
+        self.dispatcher = dispatcher
+        if self.policy is not None:
+            # Needs the route table: the policies are checked against what this app serves (and so is a reload).
+            self.policy.use_schema(partial(check_policies, self.policy_schema()))
         self.steps: list[Step] = pipeline(
             settings,
             routes=self.routes,
@@ -216,6 +224,18 @@ class BastionApp:
             custom_layers={slot.value: len(self.parts.slots.get(slot, ())) for slot in Slot},
             grpc_services=len(self.parts.grpc_services),
             resilience=self.resilience,
+        )
+
+    def policy_schema(self) -> PolicySchema:
+        """The Cedar schema of what this app decides (routes, operator and frontend routes, gRPC methods),
+        against which its policies are validated; ``bastion policy schema`` prints it."""
+        return service_schema(
+            routes=self.routes,
+            dispatcher=self.dispatcher,
+            normalizer=self.parts.normalizer or default_normalizer,
+            extractors=[*self.parts.extractors, *self.parts.grpc_extractors],
+            declared=self.parts.resource_attributes,
+            grpc_services=self.parts.grpc_services,
         )
 
     def reload_policies(self) -> LoadedPolicies:

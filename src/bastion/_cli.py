@@ -12,10 +12,14 @@ import traceback
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bastion.config import Settings, load_settings, masked
 from bastion.config._env import dotenv_overrides
 from bastion.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bastion.policy._schema import PolicySchema
 
 EXIT_OK, EXIT_DENIED, EXIT_CONFIG = 0, 1, 2
 
@@ -152,17 +156,72 @@ def _json_object(text: str) -> dict[str, object]:
     return value
 
 
-def _policy_check(args: argparse.Namespace) -> int:
-    from bastion.policy._engine import load_policies
+def _service_schema(args: argparse.Namespace) -> PolicySchema:
+    """Import and build ``args.app`` with ``args.config`` (embedded defaults without) and return its policy schema.
 
+    Token authentication and policy are off for this build: their keys and policy file play no part in the
+    schema (the file to check is the command's). A bad app is a ConfigError, as for ``bastion run``.
+    """
+    from bastion._runner import import_service
+
+    settings = load_settings(args.config)
+    settings = settings.model_copy(
+        update={
+            "token": settings.token.model_copy(update={"enabled": False}),
+            "policy": settings.policy.model_copy(update={"enabled": False}),
+        }
+    )
+    app = import_service(args.app, app_dir=args.app_dir).build(settings)
+    try:
+        return app.policy_schema()
+    finally:
+        asyncio.run(app.aclose())
+
+
+def _policy_check(args: argparse.Namespace) -> int:
+    """Parse FILE; with ``--app``, validate it against that service's schema too (every problem on its own
+    ``error:`` line, exit 2)."""
+    from bastion._telemetry import configure_logging
+    from bastion.policy._engine import PolicyValidationError, load_policies
+    from bastion.policy._validation import validate
+
+    if args.config and not args.app:
+        raise ConfigError("policy check --config names the configuration of --app MODULE:ATTR: give both")
     loaded = load_policies(args.file)
     context = "any" if loaded.context_attributes is None else ", ".join(sorted(loaded.context_attributes)) or "none"
-    print(f"{args.file}: {loaded.statements} policies OK (digest {loaded.digest}; context attributes read: {context})")
+    validated = ""
+    if args.app:
+        configure_logging("warning", "console")  # the app's build logs go to stderr
+        _load_dotenv()
+        schema = _service_schema(args)
+        errors, warnings = validate(schema, loaded)
+        for warning in warnings:
+            print(f"warning: {loaded.origin}: {warning}", file=sys.stderr)
+        if errors:
+            for line in PolicyValidationError(loaded.origin, tuple(errors)).lines:
+                print(f"error: {line}", file=sys.stderr)
+            return EXIT_CONFIG
+        validated = f"; valid against the schema of {args.app}, {len(schema.actions)} actions"
+    print(
+        f"{args.file}: {loaded.statements} policies OK "
+        f"(digest {loaded.digest}; context attributes read: {context}{validated})"
+    )
+    return EXIT_OK
+
+
+def _policy_schema(args: argparse.Namespace) -> int:
+    """Print the Cedar schema (JSON) of MODULE:ATTR's actions, principals, resources and context."""
+    from bastion._telemetry import configure_logging
+
+    configure_logging("warning", "console")  # stdout stays the JSON document
+    _load_dotenv()
+    schema = _service_schema(args)
+    print(json.dumps(schema.document(), indent=2))
     return EXIT_OK
 
 
 def _policy_eval(args: argparse.Namespace) -> int:
-    from bastion.policy._authorizer import PRINCIPAL_TYPE, RESOURCE_TYPE
+    from bastion.policy._authorizer import PRINCIPAL_TYPE, RESOURCE_TYPE, action_context
     from bastion.policy._engine import evaluate, load_policies
 
     loaded = load_policies(args.file)
@@ -175,7 +234,7 @@ def _policy_eval(args: argparse.Namespace) -> int:
         principal=(PRINCIPAL_TYPE, principal_id, principal),
         action=args.action,
         resource=(RESOURCE_TYPE, args.resource_id, args.resource),
-        context=args.context,
+        context={**action_context(args.action), **args.context},
     )
     verdict = "ERROR" if decision.failed else "ALLOW" if decision.allowed else "DENY"
     print(verdict)
@@ -226,11 +285,23 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("file", metavar="FILE")
     check.set_defaults(handler=_check_config)
 
-    policy = commands.add_parser("policy", help="check or evaluate a Cedar policy file offline")
+    policy = commands.add_parser("policy", help="check or evaluate a Cedar policy file; print a service's schema")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
-    check_policy = policy_commands.add_parser("check", help="parse FILE; report the statement and line of an error")
+    check_policy = policy_commands.add_parser(
+        "check", help="parse FILE (and validate it against --app's schema); report the statement, line and @id"
+    )
     check_policy.add_argument("file", metavar="FILE")
+    check_policy.add_argument("--app", metavar="MODULE:ATTR", help="validate against this service's Cedar schema")
+    check_policy.add_argument("--config", metavar="FILE", help="the service's TOML configuration (with --app)")
+    check_policy.add_argument(
+        "--app-dir", default=".", help="directory added to sys.path before importing (default: .)"
+    )
     check_policy.set_defaults(handler=_policy_check)
+    schema = policy_commands.add_parser("schema", help="print the Cedar schema (JSON) of MODULE:ATTR")
+    schema.add_argument("app", metavar="MODULE:ATTR", help="e.g. examples.documents_api:service")
+    schema.add_argument("--config", metavar="FILE", help="the service's TOML configuration")
+    schema.add_argument("--app-dir", default=".", help="directory added to sys.path before importing (default: .)")
+    schema.set_defaults(handler=_policy_schema)
     evaluate = policy_commands.add_parser("eval", help="decide one request against FILE and print the reasons")
     evaluate.add_argument("file", metavar="FILE")
     evaluate.add_argument(
@@ -245,7 +316,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--resource-id", default="resource", help="resource entity id (default: resource)")
     evaluate.add_argument(
-        "--context", type=_json_object, default={}, help='context, e.g. \'{"ip_address":"10.0.0.1"}\''
+        "--context",
+        type=_json_object,
+        default={},
+        help='context, e.g. \'{"ip_address":"10.0.0.1"}\' (method, path and version come from --action)',
     )
     evaluate.set_defaults(handler=_policy_eval)
 

@@ -80,3 +80,6 @@ class ServiceParts:
     grpc_extractors: Mapping[str, GrpcExtractor]
     resilience: tuple[ResilienceSpec, ...] = ()
     broker: BrokerPlan = field(default_factory=BrokerPlan)
+    resource_attributes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Attributes (name -> Cedar type) an extractor declared, by its route, action or gRPC method: the policy
+    schema's resource attributes (``bastion.policy._schema``)."""

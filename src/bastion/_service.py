@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -21,6 +21,7 @@ from bastion.config import Settings, load_settings
 from bastion.config._sections import check_subject
 from bastion.errors import ConfigError
 from bastion.policy import Normalizer, ResourceExtractor
+from bastion.policy._schema import cedar_attributes
 from bastion.resilience._layer import ResilienceSpec
 from bastion.routing import ApiVersion, VersionedApi
 from bastion.routing._fallback import FallbackHandler, handler_app
@@ -84,6 +85,7 @@ class Service:
         self._normalizer: Normalizer | None = None
         self._grpc_services: list[Any] = []
         self._grpc_extractors: dict[str, GrpcExtractor] = {}
+        self._resource_attributes: dict[str, Mapping[str, str]] = {}
         self._resilience: list[ResilienceSpec] = []
         self._streams: list[StreamSpec] = []
         self._subscribers: list[SubscriberSpec] = []
@@ -141,13 +143,22 @@ class Service:
         self._reload_route = (path, admin_role)
 
     @_before_build
-    def resource_extractor(self, route: str) -> Callable[[ResourceExtractor], ResourceExtractor]:
+    def resource_extractor(
+        self, route: str, *, attributes: Mapping[str, type] | None = None
+    ) -> Callable[[ResourceExtractor], ResourceExtractor]:
         """Decorator: add resource attributes for ``route`` (a template such as ``/api/v1/documents/{user_id}/{doc_id}``
         or an action such as ``GET /api/v1/...``). The function gets ``(scope, path_params)`` and returns a
-        mapping (or an awaitable of one), e.g. ``owner_id`` from a storage lookup."""
+        mapping (or an awaitable of one), e.g. ``owner_id`` from a storage lookup.
+
+        ``attributes`` (``{"owner_id": str}``; str, int or bool) declares what it returns, for the policy
+        schema: policies are then checked against exactly these. Undeclared, the route's resource accepts any
+        attribute a policy reads (docs/policy.md, "The schema")."""
+        declared = None if attributes is None else cedar_attributes(f"resource_extractor({route!r})", attributes)
 
         def register(extractor: ResourceExtractor) -> ResourceExtractor:
             self._extractors[route] = extractor
+            if declared is not None:
+                self._resource_attributes[route] = declared
             return extractor
 
         return register
@@ -158,14 +169,20 @@ class Service:
         self._grpc_services.append(servable)
 
     @_before_build
-    def grpc_resource_extractor(self, method: str) -> Callable[[GrpcExtractor], GrpcExtractor]:
+    def grpc_resource_extractor(
+        self, method: str, *, attributes: Mapping[str, type] | None = None
+    ) -> Callable[[GrpcExtractor], GrpcExtractor]:
         """Decorator: resource attributes for gRPC ``method`` (``/pkg.Service/Method``) from its request message.
 
         The policy check of such a method waits for the first request message (unary and server-streaming
-        calls have exactly one) and runs before the handler sees it."""
+        calls have exactly one) and runs before the handler sees it. ``attributes`` declares what it returns,
+        as for :meth:`resource_extractor`."""
+        declared = None if attributes is None else cedar_attributes(f"grpc_resource_extractor({method!r})", attributes)
 
         def register(extractor: GrpcExtractor) -> GrpcExtractor:
             self._grpc_extractors[method] = extractor
+            if declared is not None:
+                self._resource_attributes[method] = declared
             return extractor
 
         return register
@@ -364,6 +381,7 @@ class Service:
             normalizer=self._normalizer,
             grpc_services=tuple(self._grpc_services),
             grpc_extractors=MappingProxyType(dict(self._grpc_extractors)),
+            resource_attributes=MappingProxyType(dict(self._resource_attributes)),
             resilience=tuple(self._resilience),
             broker=BrokerPlan(
                 streams=tuple(self._streams),

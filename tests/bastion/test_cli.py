@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bastion._cli import main
+from bastion.policy import load_policies
 from bastion.testing import TokenMinter
 from tests.conftest import BASTION, REPO
 
@@ -191,7 +192,7 @@ class TestPolicyCommands:
 
     def test_check_ok(self, capsys: pytest.CaptureFixture[str]) -> None:
         assert main(["policy", "check", str(self.POLICIES)]) == 0
-        assert "7 policies OK" in capsys.readouterr().out
+        assert "6 policies OK" in capsys.readouterr().out
 
     def test_check_names_statement_and_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         path = tmp_path / "bad.cedar"
@@ -237,6 +238,96 @@ class TestPolicyCommands:
         assert main(["policy", "eval", str(path), "--action", "GET /x"]) == 1
         out = capsys.readouterr().out
         assert out.startswith("ERROR") and "level" in out
+
+    def test_eval_takes_method_path_and_version_from_the_action(self, capsys: pytest.CaptureFixture[str]) -> None:
+        principal = '{"sub": "alice", "roles": ["user"]}'
+        action = "GET /api/v2/documents"
+        assert main(["policy", "eval", str(self.POLICIES), "--principal", principal, "--action", action]) == 0
+        assert capsys.readouterr().out.splitlines() == ["ALLOW", "  reason: documents-list-create"]
+
+    def test_eval_error_names_the_statement_and_id(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        path = tmp_path / "p.cedar"
+        path.write_text(
+            'permit(principal, action, resource);\n\n@id("levels")\n'
+            "forbid(principal, action, resource) when { resource.level > 3 };"
+        )
+        assert main(["policy", "eval", str(path), "--action", "GET /x"]) == 1
+        assert capsys.readouterr().out.splitlines() == [
+            "ERROR",
+            "  reason: policy0",
+            '  error: error while evaluating statement 2 (line 3), @id("levels"): `Resource::"resource"` does not '
+            "have the attribute `level`",
+        ]
+
+    def test_check_against_the_app(self, capsys: pytest.CaptureFixture[str]) -> None:
+        app = ["--app", "examples.documents_api:service", "--config", str(REPO / "examples/documents_api/config.toml")]
+        assert main(["policy", "check", str(self.POLICIES), *app]) == 0
+        assert capsys.readouterr().out == (
+            f"{self.POLICIES}: 6 policies OK (digest {load_policies(self.POLICIES).digest}; context attributes read: "
+            "method, path, version; valid against the schema of examples.documents_api:service, 21 actions)\n"
+        )
+
+    def test_check_against_the_app_names_file_line_and_id(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        path = tmp_path / "p.cedar"
+        path.write_text(
+            '// readers\n@id("readers")\npermit(principal, action, resource)\nwhen { principal.role.contains("r") };\n'
+            '@id("nope")\npermit(principal, action == Action::"GET /api/v2/nope", resource);\n'
+        )
+        assert main(["policy", "check", str(path), "--app", "examples.documents_api:service"]) == 2
+        captured = capsys.readouterr()
+        problem = f"error: policy file {str(path)!r} does not validate against the service's schema: "
+        assert (captured.out, captured.err.splitlines()) == (
+            "",
+            [
+                problem + 'statement 1 (line 2), @id("readers"): attribute `role` on entity type `User` not found; '
+                "did you mean `roles`?",
+                problem + 'statement 2 (line 5), @id("nope"): unrecognized action `Action::"GET /api/v2/nope"`',
+            ],
+        )
+
+    def test_check_config_needs_an_app(self, capsys: pytest.CaptureFixture[str]) -> None:
+        assert main(["policy", "check", str(self.POLICIES), "--config", "x.toml"]) == 2
+        assert capsys.readouterr().err == (
+            "error: policy check --config names the configuration of --app MODULE:ATTR: give both\n"
+        )
+
+    def test_check_with_an_app_that_does_not_import(self, capsys: pytest.CaptureFixture[str]) -> None:
+        assert main(["policy", "check", str(self.POLICIES), "--app", "examples.nowhere:service"]) == 2
+        assert capsys.readouterr().err.startswith("error: cannot import module 'examples.nowhere'")
+
+    def test_schema_prints_the_cedar_schema(self, capsys: pytest.CaptureFixture[str]) -> None:
+        assert main(["policy", "schema", "examples.documents_api:service"]) == 0
+        schema = json.loads(capsys.readouterr().out)[""]
+        assert sorted(schema["actions"]) == [
+            "/documents.v1.DocumentService/GetDocument",
+            "/documents.v1.DocumentService/ListDocuments",
+            "/documents.v1.DocumentService/WatchDocuments",
+            "DELETE /api/v1/documents/{user_id}/{doc_id}",
+            "DELETE /api/v2/documents/{user_id}/{doc_id}",
+            "GET /api/v1/admin/users",
+            "GET /api/v1/documents",
+            "GET /api/v1/documents/{user_id}/{doc_id}",
+            "GET /api/v1/openapi.json",
+            "GET /api/v2/admin/users",
+            "GET /api/v2/documents",
+            "GET /api/v2/documents/{user_id}/{doc_id}",
+            "GET /api/v2/openapi.json",
+            "HEAD /api/v1/openapi.json",
+            "HEAD /api/v2/openapi.json",
+            "POST /admin/reload-policy",
+            "POST /admin/revoke-token",
+            "POST /api/v1/documents",
+            "POST /api/v2/documents",
+            "PUT /api/v1/documents/{user_id}/{doc_id}",
+            "PUT /api/v2/documents/{user_id}/{doc_id}",
+        ]
+        assert schema["entityTypes"]["Resource"]["shape"]["attributes"] == {
+            "doc_id": {"type": "String", "required": False},
+            "owner_id": {"type": "String", "required": False},
+            "user_id": {"type": "String", "required": False},
+        }
 
     def test_eval_rejects_non_json(self, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as info:

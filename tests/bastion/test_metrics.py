@@ -376,9 +376,9 @@ ERRORING_POLICY = """
 permit(principal, action in [Action::"GET /api/v1/items", Action::"GET /api/v1/items/{item_id}"], resource);
 forbid(principal, action == Action::"GET /api/v1/items/{item_id}", resource) when { resource.item_id == "b" };
 permit(principal, action == Action::"POST /api/v1/items", resource);
-forbid(principal, action == Action::"POST /api/v1/items", resource) when { resource.classification == "x" };
+forbid(principal, action == Action::"POST /api/v1/items", resource) when { context.timestamp * 10000000000 > 0 };
 """
-"""Item ``b`` is denied, other items and the list allowed; creating one errs (there is no ``classification``)."""
+"""Item ``b`` is denied, other items and the list allowed; creating one errs (the product overflows a Long)."""
 
 
 class TestPolicyDecisions:

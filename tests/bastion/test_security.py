@@ -405,7 +405,8 @@ class TestPolicyWithoutClaims:
         self, tmp_path: Path, asgi_client: Callable[..., httpx.AsyncClient]
     ) -> None:
         policies = tmp_path / "erroring.cedar"
-        policies.write_text('permit(principal, action, resource) when { principal.sub == "x" };')
+        # Valid against the schema, an error at run time: the product overflows a Cedar Long.
+        policies.write_text("permit(principal, action, resource) when { context.timestamp * 10000000000 > 0 };")
         settings = load_settings(
             environ={
                 "SERVICE_TOKEN_ENABLED": "false",

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
 
 from bastion.testing import TokenMinter
-from tests.conftest import BastionProcess
+from tests.conftest import BASTION, REPO, BastionProcess
 
 EXAMPLE = ("examples.documents_api:service", "--config", "examples/documents_api/config.toml")
 FORBIDDEN = {"error": "Access denied by policy", "code": "FORBIDDEN", "status": 403}
@@ -80,4 +83,51 @@ def test_bypass_paths_are_never_served_to_a_user(example: BastionProcess, minter
 def test_reload_route_is_admin_only(example: BastionProcess, minter: TokenMinter) -> None:
     assert httpx.post(example.url + "/admin/reload-policy", headers=as_user(minter, "alice", "user")).status_code == 403
     reloaded = httpx.post(example.url + "/admin/reload-policy", headers=as_user(minter, "root", "admin"))
-    assert reloaded.status_code == 200 and reloaded.json()["policies"] == 7
+    assert reloaded.status_code == 200 and reloaded.json()["policies"] == 6
+
+
+READERS_V2 = """
+@id("readers-v2")
+permit(principal, action, resource)
+when { principal.roles.contains("reader") && context.method == "GET" && context.version == 2 };
+"""
+
+
+def test_context_method_and_version_decide(
+    bastion_process: Callable[..., BastionProcess], key_env: dict[str, str], minter: TokenMinter, tmp_path: Path
+) -> None:
+    """One rule ("readers may GET anything in v2") through a real server, no route listed."""
+    policies = tmp_path / "readers.cedar"
+    policies.write_text(READERS_V2)
+    process = bastion_process(*EXAMPLE, env={**key_env, "SERVICE_POLICY_POLICY_PATH": str(policies)})
+    reader = as_user(minter, "rita", "reader")
+    statuses = [
+        httpx.get(f"{process.url}/api/v2/documents", headers=reader).status_code,
+        httpx.get(f"{process.url}/api/v2/documents/bob/doc-3", headers=reader).status_code,
+        httpx.get(f"{process.url}/api/v1/documents", headers=reader).status_code,
+        httpx.post(f"{process.url}/api/v2/documents", json={"title": "t", "content": "c"}, headers=reader).status_code,
+        httpx.get(f"{process.url}/api/v2/documents", headers=as_user(minter, "ursula", "user")).status_code,
+    ]
+    assert statuses == [200, 200, 403, 403, 403]
+
+
+def test_a_policy_the_schema_rejects_stops_the_start(key_env: dict[str, str], tmp_path: Path) -> None:
+    policies = tmp_path / "typo.cedar"
+    policies.write_text(
+        '// readers\n@id("readers")\npermit(principal, action, resource)\nwhen { principal.role.contains("reader") };\n'
+    )
+    env = {**os.environ, **key_env, "SERVICE_POLICY_POLICY_PATH": str(policies)}
+    result = subprocess.run(
+        [BASTION, "run", *EXAMPLE, "--host", "127.0.0.1", "--port", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2,
+        "",
+        f"error: policy.policy_path = {str(policies)!r} does not validate against the service's schema: statement 1 "
+        '(line 2), @id("readers"): attribute `role` on entity type `User` not found; did you mean `roles`?\n',
+    )

@@ -100,7 +100,7 @@ class TestSpecTokenTable:
             "key": "token.public_key_path",
             "public_paths": ["/api/v2/openapi.json"],
         }
-        assert line["policy"]["enabled"] is True and line["policy"]["statements"] == 7
+        assert line["policy"]["enabled"] is True and line["policy"]["statements"] == 6
         assert line["rate_limit"]["mode"] == "local"
         assert (line["revocation"], line["grpc"], line["tls"]) == ("memory", "off", False)
 
@@ -157,7 +157,7 @@ class TestRefusals:
         path.write_text('[token]\npublic_key_path = "public.pem"\n[policy]\npolicy_path = "policies.cedar"\n')
         result = run("check-config", str(path), cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-        assert "policy: " + str(config_dir / "policies.cedar") + ", 7 statements" in result.stderr
+        assert "policy: " + str(config_dir / "policies.cedar") + ", 6 statements" in result.stderr
 
 
 class TestPolicyWithoutTokenAuth:

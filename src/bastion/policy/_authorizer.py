@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -43,6 +44,9 @@ ANONYMOUS_PRINCIPAL: tuple[str, str, dict[str, Any]] = (ANONYMOUS_TYPE, ANONYMOU
 Its own entity type, so no token (whatever its ``sub``) can be it; ``principal is User`` excludes it.
 """
 _I64 = 2**63
+_VERSION_SEGMENT = re.compile(r"v[0-9]{1,9}")
+GRPC_METHOD = "POST"
+"""``context.method`` of a gRPC call (gRPC is an HTTP/2 POST); its ``context.path`` is ``/pkg.Service/Method``."""
 
 ResourceExtractor = Callable[[Scope, dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
 """``(scope, path_params) -> extra resource attributes`` (may be async, e.g. a storage lookup)."""
@@ -64,6 +68,17 @@ def principal_of(claims: Claims) -> tuple[str, str, dict[str, Any]]:
     return PRINCIPAL_TYPE, claims.sub or claims.client_id or ANONYMOUS, attributes
 
 
+def action_context(action: str) -> dict[str, Any]:
+    """``method``, ``path`` and ``version`` for ``action`` as a route's request would carry them, for offline
+    evaluation (``bastion policy eval``): a gRPC method (``/pkg.Service/Method``) is a ``POST`` of version 0;
+    an HTTP action's version is its path's first ``v<N>`` segment (0 without one)."""
+    method, space, path = action.partition(" ")
+    if not space:
+        return {"method": GRPC_METHOD, "path": action, "version": 0}
+    version = next((int(part[1:]) for part in path.split("/") if _VERSION_SEGMENT.fullmatch(part)), 0)
+    return {"method": method, "path": path, "version": version}
+
+
 def _cedar_value(value: object) -> object:
     if isinstance(value, bool) or (isinstance(value, int) and -_I64 <= value < _I64):
         return value
@@ -75,8 +90,10 @@ class PolicyAuthorizer:
 
     The action is ``"<METHOD> <route template>"`` for a matched route, else the normalized path. Path
     parameters (plus a per-route resource extractor's attributes) are the resource's attributes. Context:
-    ``ip_address``, ``timestamp``, ``user_agent``, ``request_id``, ``roles``. Evaluation errors deny (500
-    ``POLICY_ERROR``) unless ``fail_open``; a Deny is always a 403, with an ``AuthPermissionDenied`` event.
+    ``ip_address``, ``timestamp``, ``user_agent``, ``request_id``, ``roles``, and ``method``, ``path`` (the
+    action's path: template, normalized path or gRPC method) and ``version`` (the route's API version, 0 for
+    anything that is not a versioned route). Evaluation errors deny (500 ``POLICY_ERROR``) unless
+    ``fail_open``; a Deny is always a 403, with an ``AuthPermissionDenied`` event.
     """
 
     def __init__(
@@ -123,14 +140,21 @@ class PolicyAuthorizer:
         log.info("policies_reloaded", path=str(self.engine.path), policies=loaded.statements, digest=loaded.digest)
         return loaded
 
-    def action_of(self, scope: Scope) -> tuple[str, dict[str, Any], str | None]:
-        """``(action, path params, route template)``: ``"<METHOD> <template>"`` for a matched route, else the
-        normalized path. A WebSocket handshake is a ``GET``."""
-        method = scope.get("method", "GET")
+    def use_schema(self, validate: Callable[[LoadedPolicies], None]) -> None:
+        """Validate the loaded policies now (raising PolicyLoadError) and every reloaded set before it is used."""
+        validate(self.engine.current)
+        self.engine.validator = validate
+
+    def route_of(self, scope: Scope) -> tuple[str, int, dict[str, Any], str | None]:
+        """``(path, version, path params, route template)`` of an HTTP request or WebSocket handshake.
+
+        A matched route gives its template and version (precomputed in the route table); any other path its
+        normalized form and version 0.
+        """
         route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
         if route is not None and route.method_allowed:
-            return f"{method} {route.template}", dict(route.path_params), route.template
-        return f"{method} {self.normalizer(scope['path'])}", {}, None
+            return route.template, route.version or 0, route.path_params, route.template
+        return self.normalizer(scope["path"]), 0, {}, None
 
     async def resource_of(
         self, scope: Scope, action: str, template: str | None, params: dict[str, Any]
@@ -144,10 +168,18 @@ class PolicyAuthorizer:
             attributes.update({name: _cedar_value(value) for name, value in extra.items()})
         return attributes
 
-    def context_of(self, scope: Scope, claims: Claims | None) -> dict[str, Any]:
+    def context_of(
+        self, scope: Scope, claims: Claims | None, *, method: str, path: str, version: int
+    ) -> dict[str, Any]:
         """The request context; only the attributes the loaded policies read are computed."""
         wanted = self.engine.current.context_attributes
         context: dict[str, Any] = {}
+        if wanted is None or "method" in wanted:
+            context["method"] = method
+        if wanted is None or "path" in wanted:
+            context["path"] = path
+        if wanted is None or "version" in wanted:
+            context["version"] = version
         if wanted is None or "ip_address" in wanted:
             context["ip_address"] = client_ip(scope, trust_forwarded=self.trust_forwarded)
         if wanted is None or "timestamp" in wanted:
@@ -165,16 +197,19 @@ class PolicyAuthorizer:
         normalizer) or a gRPC call (action ``/<package>.<Service>/<Method>``, resource attributes from its
         extractor in scope[SCOPE_GRPC_RESOURCE])."""
         if scope["type"] == "grpc":
-            action = scope["path"]
+            method, path, version = GRPC_METHOD, scope["path"], 0
+            action = path
             attributes = {name: _cedar_value(value) for name, value in scope.get(SCOPE_GRPC_RESOURCE, {}).items()}
         else:
-            action, params, template = self.action_of(scope)
+            method = scope.get("method", "GET")  # a WebSocket handshake is a GET
+            path, version, params, template = self.route_of(scope)
+            action = f"{method} {path}"
             attributes = await self.resource_of(scope, action, template, params)
         decision = await self.decide_request(
             claims=claims,
             action=action,
             resource=(RESOURCE_TYPE, scope["path"], attributes),
-            context=self.context_of(scope, claims),
+            context=self.context_of(scope, claims, method=method, path=path, version=version),
         )
         return action, decision
 

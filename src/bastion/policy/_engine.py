@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,35 @@ from bastion.errors import ConfigError
 
 class PolicyLoadError(ConfigError):
     """A policy file that cannot be read or parsed (names the file, and the statement and line where known)."""
+
+
+class PolicyValidationError(PolicyLoadError):
+    """A policy file that parses but does not validate against the service's schema (``bastion.policy._schema``).
+
+    ``lines`` holds one self-contained line per problem (file, statement, line, ``@id``, Cedar's message); the
+    message is the first of them, so a start-up failure stays one line.
+    """
+
+    def __init__(self, origin: str, problems: tuple[str, ...]) -> None:
+        self.lines = tuple(
+            f"{origin} does not validate against the service's schema: {problem}" for problem in problems
+        )
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(self.lines[0] + more)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Statement:
+    """Where one policy of a file is: its number (from 1), first line and ``@id`` annotation."""
+
+    number: int
+    line: int
+    id: str | None
+
+    def describe(self) -> str:
+        """``statement 2 (line 14), @id("admin-any")``: what error messages name instead of Cedar's ``policy1``."""
+        where = f"statement {self.number} (line {self.line})"
+        return where if self.id is None else f'{where}, @id("{self.id}")'
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,13 +64,33 @@ class Decision:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoadedPolicies:
-    """A parsed policy file: the set, its content hash and the context attributes its policies read."""
+    """A parsed policy file: the set, its content hash, the context attributes its policies read, and what
+    error messages and validation need (its text, name, statements and JSON form)."""
 
     policy_set: Any
     digest: str
     statements: int
     context_attributes: frozenset[str] | None
     """Context attributes referenced by any policy; ``None`` when a policy uses ``context`` as a whole."""
+    text: str
+    origin: str
+    """How error messages name the file: ``policy.policy_path = 'p.cedar'`` or ``policy file 'p.cedar'``."""
+    sources: Mapping[str, Statement]
+    """Cedar's policy ids (``policy0``, ...) to the statements they came from."""
+    document: Mapping[str, Any]
+    """The policies in Cedar's JSON form (``staticPolicies``, ``templates``), for validation."""
+
+    def describe(self, message: str) -> str:
+        """``message`` (a Cedar error) with each ``policyN`` it names replaced by its statement, line and ``@id``."""
+        return _POLICY_ID.sub(lambda match: self.label(match.group(1)), message)
+
+    def label(self, policy_id: str) -> str:
+        """Cedar's ``policyN`` as ``statement N+1 (line L), @id("...")`` (itself when unknown)."""
+        source = self.sources.get(policy_id)
+        return policy_id if source is None else source.describe()
+
+
+_POLICY_ID = re.compile(r"(?:policy )?`(policy\d+)`")
 
 
 def split_statements(text: str) -> Iterator[tuple[int, int, str]]:
@@ -138,15 +188,30 @@ def parse_policies(text: str, *, origin: str = "policies") -> LoadedPolicies:
         where = _locate_error(text)
         raise PolicyLoadError(f"{origin} does not parse: {where or exc}") from None
     document = json.loads(cedarpy.policies_to_json_str(text))
-    statements = len(document.get("staticPolicies", {})) + len(document.get("templates", {}))
-    if statements == 0:
+    policies = {**document.get("staticPolicies", {}), **document.get("templates", {})}
+    if not policies:
         raise PolicyLoadError(f"{origin} has no policies; everything would be denied")
     return LoadedPolicies(
         policy_set=policy_set,
         digest=hashlib.sha256(text.encode()).hexdigest()[:16],
-        statements=statements,
+        statements=len(policies),
         context_attributes=_context_attributes(document),
+        text=text,
+        origin=origin,
+        sources=_sources(text, policies),
+        document=document,
     )
+
+
+def _sources(text: str, policies: Mapping[str, Any]) -> dict[str, Statement]:
+    """Cedar's ids for the policies of ``text`` (``policyN``: the N-th statement, from 0) to their statements."""
+    sources: dict[str, Statement] = {}
+    for number, line, _ in split_statements(text):
+        policy_id = f"policy{number - 1}"
+        if policy_id in policies:
+            annotation = (policies[policy_id].get("annotations") or {}).get("id")
+            sources[policy_id] = Statement(number=number, line=line, id=annotation)
+    return sources
 
 
 class PolicyEngine:
@@ -163,6 +228,8 @@ class PolicyEngine:
         self._lock = threading.Lock()
         self.signature = self.file_signature()
         self.current = load_policies(self.path, key=key)
+        self.validator: Callable[[LoadedPolicies], None] | None = None
+        """Checks every reloaded set before it is swapped in (the service's schema); raises PolicyLoadError."""
 
     def file_signature(self) -> tuple[int, int] | None:
         """``(mtime_ns, size)`` of the policy file, ``None`` when it cannot be read; taken before each load."""
@@ -173,9 +240,11 @@ class PolicyEngine:
         return stat.st_mtime_ns, stat.st_size
 
     def reload(self) -> LoadedPolicies:
-        """Re-read and re-parse the file; on success swap it in, on failure keep the old set and raise."""
+        """Re-read, re-parse and validate the file; on success swap it in, on failure keep the old set and raise."""
         signature = self.file_signature()
         loaded = load_policies(self.path, key=self.key)
+        if self.validator is not None:
+            self.validator(loaded)
         with self._lock:
             self.current = loaded
             self.signature = signature
@@ -220,5 +289,5 @@ def evaluate(
     diagnostics = result.diagnostics
     by_reason = diagnostics.id_annotations_by_reason or {}
     reasons = tuple(by_reason.get(reason, reason) for reason in diagnostics.reasons)
-    errors = tuple(str(error) for error in diagnostics.errors)
+    errors = tuple(policies.describe(str(error)) for error in diagnostics.errors)
     return Decision(allowed=bool(result.allowed) and not errors, reasons=reasons, errors=errors)

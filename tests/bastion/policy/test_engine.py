@@ -143,3 +143,23 @@ class TestReload:
         with pytest.raises(PolicyLoadError):
             engine.reload()
         assert engine.current is second
+
+
+class TestErrorsNameTheStatement:
+    def test_sources_map_cedar_ids_to_statements(self) -> None:
+        text = '// one\n@id("first")\npermit(principal, action, resource);\n\nforbid(principal, action, resource);'
+        sources = parse_policies(text).sources
+        assert {policy_id: source.describe() for policy_id, source in sources.items()} == {
+            "policy0": 'statement 1 (line 2), @id("first")',
+            "policy1": "statement 2 (line 5)",
+        }
+
+    def test_evaluation_error_names_the_id_not_policy0(self) -> None:
+        decision = decide(
+            'permit(principal, action, resource);\n@id("readers")\n'
+            'forbid(principal, action, resource) when { principal.role.contains("r") };'
+        )
+        assert decision.errors == (
+            'error while evaluating statement 2 (line 2), @id("readers"): `User::"alice"` does not have the '
+            "attribute `role`",
+        )

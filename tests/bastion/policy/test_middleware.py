@@ -12,9 +12,9 @@ import httpx
 import pytest
 from structlog.testing import capture_logs
 
-from bastion import BastionApp, Service, Settings, load_settings
+from bastion import BastionApp, Claims, Service, Settings, load_settings
 from bastion.testing import TokenMinter
-from examples.documents_api.api import register
+from examples.documents_api import create_service
 from examples.documents_api.store import seeded_store
 
 EXAMPLE_POLICIES = Path(__file__).resolve().parents[3] / "examples" / "documents_api" / "policies.cedar"
@@ -51,10 +51,7 @@ def make_settings(minter: TokenMinter, tmp_path: Path, policy_file: Path) -> Cal
 
 
 def example_service() -> Service:
-    service = Service("documents-api")
-    register(service, seeded_store())
-    service.mount_policy_reload_route()
-    return service
+    return create_service(seeded_store())
 
 
 @pytest.fixture
@@ -168,7 +165,8 @@ class TestBypassPaths:
 class TestFailOpen:
     ERRORING = (
         "permit(principal, action, resource);\n"
-        'forbid(principal, action, resource) when { resource.classification == "secret" };\n'
+        # Valid against the schema, an error at run time: the product overflows a Cedar Long.
+        "forbid(principal, action, resource) when { context.timestamp * 10000000000 > 0 };\n"
     )
 
     @pytest.mark.parametrize(("fail_open", "status"), [("false", 500), ("true", 200)])
@@ -264,7 +262,7 @@ class TestReload:
         admin = bearer(minter, "root", ("admin",))
         async with client_for(app) as client:
             ok = await client.post("/admin/reload-policy", headers=admin)
-            assert ok.status_code == 200 and ok.json()["reloaded"] is True and ok.json()["policies"] == 7
+            assert ok.status_code == 200 and ok.json()["reloaded"] is True and ok.json()["policies"] == 6
             policy_file.write_text("permit(principal, action, resource")
             bad = await client.post("/admin/reload-policy", headers=admin)
             assert bad.status_code == 500
@@ -368,3 +366,175 @@ async def test_start_up_fails_on_a_broken_policy_file(
     policy_file.write_text("permit(principal, action, resource);\nforbid(principal, actoin, resource);\n")
     with pytest.raises(PolicyLoadError, match=r"statement 2 \(line 2\)"):
         example_service().build(make_settings())
+
+
+READERS_V2 = (
+    '@id("readers-v2")\npermit(principal, action, resource)\n'
+    'when { principal.roles.contains("reader") && context.method == "GET" && context.version == 2 };'
+)
+
+
+class TestContext:
+    """``context.method``, ``context.path`` (route template) and ``context.version`` in decisions."""
+
+    def build(self, make_settings: Callable[..., Settings], policy_file: Path, text: str) -> BastionApp:
+        policy_file.write_text(text)
+        return example_service().build(make_settings())
+
+    async def test_one_rule_for_every_get_of_a_version(
+        self, make_settings: Callable[..., Settings], policy_file: Path, minter: TokenMinter
+    ) -> None:
+        app = self.build(make_settings, policy_file, READERS_V2)
+        reader = bearer(minter, "rita", ("reader",))
+        try:
+            async with client_for(app) as client:
+                statuses = [
+                    (await client.get("/api/v2/documents", headers=reader)).status_code,
+                    (await client.get("/api/v2/documents/bob/doc-3", headers=reader)).status_code,
+                    (await client.get("/api/v1/documents", headers=reader)).status_code,
+                    (
+                        await client.post("/api/v2/documents", json={"title": "t", "content": "c"}, headers=reader)
+                    ).status_code,
+                    (await client.get("/api/v2/documents", headers=bearer(minter, "ursula", ("user",)))).status_code,
+                ]
+        finally:
+            await app.aclose()
+        assert statuses == [200, 200, 403, 403, 403]
+
+    async def test_path_is_the_route_template(
+        self, make_settings: Callable[..., Settings], policy_file: Path, minter: TokenMinter
+    ) -> None:
+        text = 'permit(principal, action, resource) when { context.path == "/api/v1/documents/{user_id}/{doc_id}" };'
+        app = self.build(make_settings, policy_file, text)
+        try:
+            async with client_for(app) as client:
+                allowed = await client.get("/api/v1/documents/bob/doc-3", headers=bearer(minter))
+                other = await client.get("/api/v2/documents/bob/doc-3", headers=bearer(minter))
+        finally:
+            await app.aclose()
+        assert (allowed.status_code, other.status_code) == (200, 403)
+
+    async def test_an_unmatched_path_is_normalized_and_of_version_0(
+        self, make_settings: Callable[..., Settings], policy_file: Path, minter: TokenMinter
+    ) -> None:
+        text = (
+            "permit(principal, action, resource) when "
+            '{ context.version == 0 && context.path == "/api/v2/things/{id}" };'
+        )
+        app = self.build(make_settings, policy_file, text)
+        try:
+            async with client_for(app) as client:
+                permitted = await client.get("/api/v2/things/42", headers=bearer(minter))
+                route = await client.get("/api/v2/documents", headers=bearer(minter))
+        finally:
+            await app.aclose()
+        assert (permitted.status_code, permitted.content, route.status_code) == (404, b"", 403)
+
+    async def test_a_grpc_call_is_a_post_of_its_method_and_version_0(
+        self, make_settings: Callable[..., Settings], policy_file: Path
+    ) -> None:
+        method = "/documents.v1.DocumentService/ListDocuments"
+        text = (
+            "permit(principal, action, resource) when "
+            f'{{ context.method == "POST" && context.path == "{method}" && context.version == 0 }};'
+        )
+        app = self.build(make_settings, policy_file, text)
+        assert app.policy is not None
+        try:
+            action, decision = await app.policy.decide({"type": "grpc", "path": method, "headers": []}, None)
+        finally:
+            await app.aclose()
+        assert (action, decision.allowed, decision.errors) == (method, True, ())
+
+    async def test_only_the_attributes_the_policies_read_are_computed(
+        self, make_settings: Callable[..., Settings], policy_file: Path
+    ) -> None:
+        app = self.build(make_settings, policy_file, READERS_V2)
+        assert app.policy is not None
+        scope = {"type": "http", "path": "/api/v2/documents", "headers": []}
+        try:
+            context = app.policy.context_of(scope, None, method="GET", path="/api/v2/documents", version=2)
+        finally:
+            await app.aclose()
+        assert context == {"method": "GET", "version": 2}
+
+    async def test_the_decision_cache_keys_on_them(
+        self, make_settings: Callable[..., Settings], policy_file: Path, minter: TokenMinter
+    ) -> None:
+        app = self.build(make_settings, policy_file, READERS_V2)
+        assert app.policy is not None
+        claims = Claims(sub="rita", exp=2**40, roles=("reader",))
+        decisions = []
+        try:
+            for version in (2, 1, 2):
+                decision = await app.policy.decide_request(
+                    claims=claims,
+                    action="GET /api/v2/documents",
+                    resource=("Resource", "/api/v2/documents", {}),
+                    context={"method": "GET", "path": "/api/v2/documents", "version": version},
+                )
+                decisions.append(decision.allowed)
+        finally:
+            await app.aclose()
+        assert (decisions, app.policy.evaluations, app.policy.cache.hits) == ([True, False, True], 2, 1)
+
+
+INVALID = '@id("readers")\npermit(principal, action, resource) when { principal.role.contains("reader") };\n'
+INVALID_PROBLEM = (
+    'does not validate against the service\'s schema: statement 1 (line 1), @id("readers"): attribute `role` on '
+    "entity type `User` not found; did you mean `roles`?"
+)
+
+
+class TestSchemaValidation:
+    def test_start_up_refuses_a_policy_the_schema_rejects(
+        self, make_settings: Callable[..., Settings], policy_file: Path
+    ) -> None:
+        from bastion.policy import PolicyLoadError
+
+        policy_file.write_text(INVALID)
+        with pytest.raises(PolicyLoadError) as info:
+            example_service().build(make_settings())
+        assert str(info.value) == f"policy.policy_path = {str(policy_file)!r} {INVALID_PROBLEM}"
+
+    async def test_reload_route_keeps_the_old_set(
+        self, app: BastionApp, minter: TokenMinter, policy_file: Path
+    ) -> None:
+        policy_file.write_text(INVALID)
+        async with client_for(app) as client:
+            reloaded = await client.post("/admin/reload-policy", headers=bearer(minter, "root", ("admin",)))
+            listed = await client.get("/api/v2/documents", headers=bearer(minter))
+        assert (reloaded.status_code, reloaded.json()) == (
+            500,
+            {
+                "error": "Policy reload failed, previous policies stay in force: "
+                f"policy.policy_path = {str(policy_file)!r} {INVALID_PROBLEM}",
+                "code": "POLICY_ERROR",
+                "status": 500,
+            },
+        )
+        assert listed.status_code == 200
+
+    async def test_hot_reload_keeps_the_old_set_and_logs_once(
+        self, make_settings: Callable[..., Settings], policy_file: Path, minter: TokenMinter
+    ) -> None:
+        app = example_service().build(make_settings(SERVICE_POLICY_HOT_RELOAD_INTERVAL_SECS="0.01"))
+        assert app.policy is not None
+        before = app.policy.policies
+        watcher = asyncio.create_task(app.policy.watch())
+        try:
+            with capture_logs() as logs:
+                policy_file.write_text(INVALID)
+                for _ in range(500):
+                    if any(entry["event"] == "policy_hot_reload_failed" for entry in logs):
+                        break
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.2)  # many more polls of the same broken file
+            failures = [entry["error"] for entry in logs if entry["event"] == "policy_hot_reload_failed"]
+            async with client_for(app) as client:
+                assert (await client.get("/api/v2/documents", headers=bearer(minter))).status_code == 200
+        finally:
+            watcher.cancel()
+            await app.aclose()
+        assert failures == [f"policy.policy_path = {str(policy_file)!r} {INVALID_PROBLEM}"]
+        assert app.policy.policies is before
