@@ -37,11 +37,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures += run_scenario(name, SCENARIOS[name], ctx)
     missed = [f for f in figures if not f.ok]
     print(f"\n## Reliability figures ({'quick' if args.quick else 'full'}, {time.monotonic() - started:.0f} s)\n")
-    print(f"Command: python -m reliability{' --quick' if args.quick else ''}"
-          + "".join(f" --only {name}" for name in args.only) + "\n")
+    print(
+        f"Command: python -m reliability{' --quick' if args.quick else ''}"
+        + "".join(f" --only {name}" for name in args.only)
+        + "\n"
+    )
     print(table(figures))
-    print(f"\n{len(figures) - len(missed)} of {len(figures)} figures within their bounds"
-          + (f"; MISSED: {', '.join(f'{f.scenario}: {f.name}' for f in missed)}" if missed else ""))
+    print(
+        f"\n{len(figures) - len(missed)} of {len(figures)} figures within their bounds"
+        + (f"; MISSED: {', '.join(f'{f.scenario}: {f.name}' for f in missed)}" if missed else "")
+    )
     return 1 if missed else 0
 
 

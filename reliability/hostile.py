@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from reliability import probes, servers
@@ -34,13 +34,19 @@ def _closed_figures(scenario: str, attacks: list[probes.Attack], timeout: float)
     closed = [a.closed_after for a in attacks if a.closed_after is not None]
     return [
         equals(scenario, "attack connections left open", len(attacks) - len(closed), 0, note=f"of {len(attacks)}"),
-        at_most(scenario, "last attack connection closed after", max(closed, default=None), timeout + CLOSE_MARGIN_SECS,
-                unit=" s", note=f"timeout {timeout:g} s"),
+        at_most(
+            scenario,
+            "last attack connection closed after",
+            max(closed, default=None),
+            timeout + CLOSE_MARGIN_SECS,
+            unit=" s",
+            note=f"timeout {timeout:g} s",
+        ),
     ]
 
 
 async def _under_attack(
-    attacks: list[Awaitable[probes.Attack]], legit: dict[str, Callable[[], Awaitable[bool]]], interval: float = 0.25
+    attacks: Sequence[Awaitable[probes.Attack]], legit: dict[str, Callable[[], Awaitable[bool]]], interval: float = 0.25
 ) -> tuple[list[probes.Attack], dict[str, probes.Served]]:
     """Run the attack connections to their end while each legitimate probe repeats every ``interval`` seconds."""
     stop = asyncio.Event()
@@ -64,8 +70,13 @@ def slowloris(ctx: Context) -> list[Figure]:
         assert app.grpc_port is not None
         limit = timeout + CLOSE_MARGIN_SECS + 2
         http_attacks = [
-            probes.attack_connection(app.port, b"GET /api/v1/documents HTTP/1.1\r\nHost: x\r\n", b"X-a: b\r\n",
-                                     interval=timeout / 4, limit=limit)
+            probes.attack_connection(
+                app.port,
+                b"GET /api/v1/documents HTTP/1.1\r\nHost: x\r\n",
+                b"X-a: b\r\n",
+                interval=timeout / 4,
+                limit=limit,
+            )
             for _ in range(count)
         ]
         grpc_attacks = [
@@ -77,8 +88,10 @@ def slowloris(ctx: Context) -> list[Figure]:
             "gRPC calls": probes.grpc_probe(app.grpc_port, app.user_token),
         }
         attacks, served = asyncio.run(_under_attack([*http_attacks, *grpc_attacks], legit))
-    figures = [*_legit_figures(name, served["HTTP/1.1 requests"], "HTTP/1.1 requests"),
-               *_legit_figures(name, served["gRPC calls"], "gRPC calls")]
+    figures = [
+        *_legit_figures(name, served["HTTP/1.1 requests"], "HTTP/1.1 requests"),
+        *_legit_figures(name, served["gRPC calls"], "gRPC calls"),
+    ]
     figures += [replace(f, name="HTTP port: " + f.name) for f in _closed_figures(name, attacks[:count], timeout)]
     figures += [replace(f, name="gRPC port: " + f.name) for f in _closed_figures(name, attacks[count:], timeout)]
     return figures
@@ -117,8 +130,11 @@ def oversized_headers(ctx: Context) -> list[Figure]:
     rounds = 60 if ctx.quick else 600
     with servers.bastion(ctx.ws) as app:
         big = b"GET /api/v1/documents HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n"
-        flood = b"GET /api/v1/documents HTTP/1.1\r\nHost: x\r\n" + b"".join(
-            b"X-H%d: v\r\n" % n for n in range(1_000)) + b"\r\n"
+        flood = (
+            b"GET /api/v1/documents HTTP/1.1\r\nHost: x\r\n"
+            + b"".join(b"X-H%d: v\r\n" % n for n in range(1_000))
+            + b"\r\n"
+        )
 
         async def one(request: bytes) -> int | None:
             attack = await probes.attack_connection(app.port, request, b"", interval=1.0, limit=10.0)
@@ -139,10 +155,20 @@ def oversized_headers(ctx: Context) -> list[Figure]:
         ok = servers.served(f"{app.url}/api/v1/documents", app.auth(), timeout=5.0)
     growth = None if rss_before is None or rss_after is None else (rss_after - rss_before) / rss_before * 100
     return [
-        equals(name, f"{rounds} heads over 64 KiB answered 431", sum(s == 431 for s in big_statuses), rounds,
-               note=f"answers: {sorted({str(s) for s in big_statuses})}"),
-        equals(name, f"{rounds} heads of 1000 headers answered 431", sum(s == 431 for s in flood_statuses), rounds,
-               note=f"answers: {sorted({str(s) for s in flood_statuses})}"),
+        equals(
+            name,
+            f"{rounds} heads over 64 KiB answered 431",
+            sum(s == 431 for s in big_statuses),
+            rounds,
+            note=f"answers: {sorted({str(s) for s in big_statuses})}",
+        ),
+        equals(
+            name,
+            f"{rounds} heads of 1000 headers answered 431",
+            sum(s == 431 for s in flood_statuses),
+            rounds,
+            note=f"answers: {sorted({str(s) for s in flood_statuses})}",
+        ),
         at_most(name, "resident memory growth", growth, 5.0, unit=" %"),
         is_true(name, "legitimate request served after", ok is not None),
     ]
@@ -150,7 +176,8 @@ def oversized_headers(ctx: Context) -> list[Figure]:
 
 SMUGGLING = {
     "CL+TE": b"POST /api/v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /api/v1/admin/users HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    b"GET /api/v1/admin/users HTTP/1.1\r\nHost: x\r\n\r\n",
     "duplicate Content-Length": b"POST /api/v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
     b"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}",
     "obs-fold": b"GET /api/v1/documents HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n",
@@ -168,8 +195,9 @@ def smuggling(ctx: Context) -> list[Figure]:
             attack = asyncio.run(probes.attack_connection(app.port, request, b"", interval=1.0, limit=5.0))
             status = probes.status_of(attack.received)
             responses = attack.received.count(b"HTTP/1.1 ")
-            figures.append(equals(name, f"{shape}: status", status, 400,
-                                  note=f"{responses} response(s) on the connection"))
+            figures.append(
+                equals(name, f"{shape}: status", status, 400, note=f"{responses} response(s) on the connection")
+            )
             figures.append(equals(name, f"{shape}: responses", responses, 1))
         ok = servers.served(f"{app.url}/api/v1/documents", app.auth(), timeout=5.0)
     figures.append(is_true(name, "legitimate request served after", ok is not None))
@@ -177,12 +205,20 @@ def smuggling(ctx: Context) -> list[Figure]:
 
 
 H2_CASES: dict[str, tuple[int, Callable[[probes.H2Connection, int, str], bytes]]] = {
-    "bad HPACK": (0x9, lambda c, p, t: probes.frame(probes.HEADERS, probes.END_HEADERS | probes.END_STREAM, 1,
-                                                     b"\xff\xff\xff\xff\xff\x7f")),
-    "HEADERS on stream 0": (0x1, lambda c, p, t: probes.frame(probes.HEADERS, probes.END_HEADERS, 0,
-                                                               probes.grpc_request_headers(p, t))),
-    "oversized frame": (0x6, lambda c, p, t: probes.frame(probes.HEADERS, probes.END_HEADERS, 1,
-                                                           b"\x00" * (c.max_frame_size + 1))),
+    "bad HPACK": (
+        0x9,
+        lambda c, p, t: probes.frame(
+            probes.HEADERS, probes.END_HEADERS | probes.END_STREAM, 1, b"\xff\xff\xff\xff\xff\x7f"
+        ),
+    ),
+    "HEADERS on stream 0": (
+        0x1,
+        lambda c, p, t: probes.frame(probes.HEADERS, probes.END_HEADERS, 0, probes.grpc_request_headers(p, t)),
+    ),
+    "oversized frame": (
+        0x6,
+        lambda c, p, t: probes.frame(probes.HEADERS, probes.END_HEADERS, 1, b"\x00" * (c.max_frame_size + 1)),
+    ),
 }
 RAPID_RESET_STREAMS = 1_000
 
@@ -223,13 +259,20 @@ def http2_errors(ctx: Context) -> list[Figure]:
             code = asyncio.run(case(build))
             figures.append(equals(name, f"{shape}: GOAWAY code", code, expected, note=_h2_note(code, expected)))
         code = asyncio.run(rapid_reset())
-        figures.append(equals(name, f"rapid reset ({RAPID_RESET_STREAMS} streams): GOAWAY code", code, 0xB,
-                              note=_h2_note(code, 0xB)))
-        http_ok = asyncio.run(probes.http_probe(f"{app.url}/api/v1/documents", app.auth())())
-        grpc_ok = asyncio.run(probes.grpc_probe(port, app.user_token)())
+        figures.append(
+            equals(
+                name, f"rapid reset ({RAPID_RESET_STREAMS} streams): GOAWAY code", code, 0xB, note=_h2_note(code, 0xB)
+            )
+        )
+        http_ok = asyncio.run(_once(probes.http_probe(f"{app.url}/api/v1/documents", app.auth())))
+        grpc_ok = asyncio.run(_once(probes.grpc_probe(port, app.user_token)))
     figures.append(is_true(name, "HTTP/1.1 served after", http_ok))
     figures.append(is_true(name, "gRPC served after", grpc_ok))
     return figures
+
+
+async def _once(probe: Callable[[], Awaitable[bool]]) -> bool:
+    return await probe()
 
 
 def _h2_note(code: int | None, expected: int) -> str:
@@ -251,12 +294,16 @@ def idle_smtp(ctx: Context) -> list[Figure]:
         from mailrelay.testing import WebhookReceiver
 
         receiver = stack.enter_context(WebhookReceiver())
-        relay = stack.enter_context(servers.relay(ctx.ws, receiver.url, IDLE_TIMEOUT=str(timeout)))
-        openers = [b"", b"EHLO idle.test\r\n",
-                   b"EHLO idle.test\r\nMAIL FROM:<a@idle.test>\r\nRCPT TO:<" + servers.RCPT.encode() + b">\r\nDATA\r\n"]
+        relay = stack.enter_context(servers.relay(ctx.ws, receiver.url, {"IDLE_TIMEOUT": str(timeout)}))
+        openers = [
+            b"",
+            b"EHLO idle.test\r\n",
+            b"EHLO idle.test\r\nMAIL FROM:<a@idle.test>\r\nRCPT TO:<" + servers.RCPT.encode() + b">\r\nDATA\r\n",
+        ]
         attacks = [
-            probes.attack_connection(relay.smtp_port, openers[n % 3], b"", interval=1.0,
-                                     limit=timeout + CLOSE_MARGIN_SECS + 2)
+            probes.attack_connection(
+                relay.smtp_port, openers[n % 3], b"", interval=1.0, limit=timeout + CLOSE_MARGIN_SECS + 2
+            )
             for n in range(count)
         ]
         sent: list[int] = []

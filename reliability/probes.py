@@ -58,7 +58,9 @@ class Served:
         return max(self.latencies) if self.latencies and self.ok == self.sent else None
 
 
-async def keep_probing(probe: Callable[[], Awaitable[bool]], served: Served, stop: asyncio.Event, interval: float) -> None:
+async def keep_probing(
+    probe: Callable[[], Awaitable[bool]], served: Served, stop: asyncio.Event, interval: float
+) -> None:
     """Run ``probe`` (True = answered correctly) every ``interval`` seconds until ``stop``; each bounded by 5 s."""
     while not stop.is_set():
         started = time.perf_counter()
@@ -183,13 +185,13 @@ class H2Connection:
         self.max_frame_size = max_frame_size
 
     @classmethod
-    async def open(cls, port: int, timeout: float = 5.0) -> H2Connection:
+    async def open(cls, port: int, within: float = 5.0) -> H2Connection:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(PREFACE + frame(SETTINGS, 0, 0))
         await writer.drain()
         max_frame_size = 16_384
         while True:
-            kind, flags, _stream, payload = await asyncio.wait_for(read_frame(reader), timeout)
+            kind, flags, _stream, payload = await asyncio.wait_for(read_frame(reader), within)
             if kind == SETTINGS and not flags & ACK:
                 for offset in range(0, len(payload), 6):
                     ident, value = struct.unpack(">HI", payload[offset : offset + 6])
@@ -203,10 +205,10 @@ class H2Connection:
         self.writer.write(data)
         await self.writer.drain()
 
-    async def goaway(self, timeout: float) -> int | None:
+    async def goaway(self, within: float) -> int | None:
         """The error code of the server's GOAWAY; NO_GOAWAY when it closed without one; None if it did neither."""
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(within):
                 while True:
                     kind, _flags, _stream, payload = await read_frame(self.reader)
                     if kind == GOAWAY:

@@ -14,7 +14,6 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 
@@ -84,7 +83,9 @@ def bastion(
     server = ServerProcess("bastion", argv, log_path=ws.log("bastion"), env=full_env)
     try:
         server.wait_ready(lambda: port_open(port) and (grpc_port is None or port_open(grpc_port)))
-        running = Bastion(server=server, port=port, grpc_port=grpc_port, user_token=ws.token, admin_token=admin_token(ws))
+        running = Bastion(
+            server=server, port=port, grpc_port=grpc_port, user_token=ws.token, admin_token=admin_token(ws)
+        )
         probe = httpx.get(f"{running.url}/api/v1/documents", headers=running.auth(), timeout=PROBE_TIMEOUT_SECS)
         if probe.status_code != 200:
             raise RuntimeError(f"probe of the example answered {probe.status_code}: {probe.text[:200]}")
@@ -135,13 +136,18 @@ def relay_env(hook_url: str, smtp_port: int, health_port: int, **overrides: str)
     return {f"MAIL_RELAY_{key}": value for key, value in env.items()}
 
 
-def start_relay(ws: Workspace, hook_url: str, **overrides: str) -> Relay:
+def start_relay(
+    ws: Workspace, hook_url: str, overrides: dict[str, str] | None = None, *, extra_env: dict[str, str] | None = None
+) -> Relay:
     """Start MailRelay (the caller stops it: ``relay.server.stop()``); returns once SMTP greets and health listens."""
     smtp_port, health_port = free_port(), free_port()
-    env = relay_env(hook_url, smtp_port, health_port, **overrides)
+    env = relay_env(hook_url, smtp_port, health_port, **(overrides or {}))
     # Run from the workspace so a developer's ./.env cannot change the relay's settings.
     server = ServerProcess(
-        "mailrelay", [venv_script("mailrelay")], log_path=ws.log("mailrelay"), env={**_pythonpath(), **env},
+        "mailrelay",
+        [venv_script("mailrelay")],
+        log_path=ws.log("mailrelay"),
+        env={**_pythonpath(), **(extra_env or {}), **env},
         cwd=ws.root,
     )
     try:
@@ -153,8 +159,10 @@ def start_relay(ws: Workspace, hook_url: str, **overrides: str) -> Relay:
 
 
 @contextlib.contextmanager
-def relay(ws: Workspace, hook_url: str, **overrides: str) -> Iterator[Relay]:
-    running = start_relay(ws, hook_url, **overrides)
+def relay(
+    ws: Workspace, hook_url: str, overrides: dict[str, str] | None = None, *, extra_env: dict[str, str] | None = None
+) -> Iterator[Relay]:
+    running = start_relay(ws, hook_url, overrides, extra_env=extra_env)
     try:
         yield running
     finally:
