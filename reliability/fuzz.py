@@ -67,8 +67,10 @@ def _run(target: str, examples: int, strategy: st.SearchStrategy[Any], check: Ca
 
     try:
         prop()
-    except Exception as exc:  # the property failed: report it as the figure, with the example
-        return FuzzResult(target=target, examples=count, failure=f"{type(exc).__name__}: {exc}".replace("\n", " "))
+    except Exception as exc:  # the property failed: report it as the figure, with the example(s)
+        found = list(exc.exceptions) if isinstance(exc, ExceptionGroup) else [exc]
+        text = "; ".join(f"{type(e).__name__}: {e}".replace("\n", " ") for e in found)
+        return FuzzResult(target=target, examples=count, failure=text)
     return FuzzResult(target=target, examples=count, failure=None)
 
 
