@@ -34,8 +34,8 @@ relay: install
 	exec $(BIN)/mailrelay
 
 lint: install
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/ruff check src tests examples bench reliability
+	$(BIN)/ruff format --check src tests examples bench reliability
 	$(BIN)/lint-imports --no-cache
 
 typecheck: install
@@ -92,3 +92,14 @@ bench: install bench-tools
 
 bench-quick: install bench-tools
 	$(BIN)/python -m bench.harness --quick
+
+# Reliability figures (docs/reliability.md): every scenario against real processes on loopback (load, faults,
+# hostile clients, fuzz), one table at the end, non-zero exit when a figure misses its bound (< 15 min).
+# `reliability-quick` runs the short versions (the ones `make test` runs as tests/reliability/).
+.PHONY: reliability reliability-quick
+
+reliability: install bench-tools
+	$(BIN)/python -m reliability
+
+reliability-quick: install
+	$(BIN)/python -m reliability --quick

@@ -8,6 +8,9 @@ from bastion.errors import InvalidToken, TokenError
 
 # RFC 6750 2.1: credentials = "Bearer" 1*SP b64token
 _BEARER = re.compile(rb"(?i:bearer) +([A-Za-z0-9\-._~+/]+=*) *")
+# RFC 6750 3: error_description is %x20-21 / %x23-5B / %x5D-7E; anything else (a token's non-ASCII alg echoed in
+# the message) would make the header unencodable and the 401 a 500.
+_NOT_DESCRIPTION = re.compile(r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")
 
 
 def challenge(realm: str, error: str | None = None, description: str | None = None) -> tuple[str, str]:
@@ -15,7 +18,7 @@ def challenge(realm: str, error: str | None = None, description: str | None = No
     if error:
         value += f', error="{error}"'
     if description:
-        value += f', error_description="{description}"'
+        value += f', error_description="{_NOT_DESCRIPTION.sub("?", description)}"'
     return ("www-authenticate", value)
 
 

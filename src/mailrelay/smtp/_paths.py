@@ -100,7 +100,8 @@ def check_mail_parameters(words: list[str], *, max_message_size: int) -> Reply |
 
 def printable_domain(arg: str | None) -> str:
     """The EHLO/HELO argument as echoed back: `client` when omitted, odd characters replaced, at most 255."""
-    if not arg:
+    words = arg.split() if arg else []
+    if not words:  # also an argument of only whitespace (str.split knows more of it than the command parser)
         return DEFAULT_DOMAIN
-    word = arg.split()[0]
+    word = words[0]
     return "".join(c if c in _SAFE_DOMAIN_CHARS else "?" for c in word)[:MAX_DOMAIN_LENGTH]

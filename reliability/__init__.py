@@ -1,0 +1,1 @@
+"""`make reliability`: the project's own reliability figures, measured against real processes on loopback."""

@@ -1,0 +1,11 @@
+"""Fuzz target `smtp-commands` (reliability/fuzz.py) with the quick example budget: every example run, no failure."""
+
+from __future__ import annotations
+
+from reliability.fuzz import QUICK_EXAMPLES, TARGETS
+
+
+def test_smtp_commands_fuzz_finds_no_failure() -> None:
+    result = TARGETS["smtp-commands"](QUICK_EXAMPLES)
+    assert result.failure is None, result.failure
+    assert result.examples >= QUICK_EXAMPLES
