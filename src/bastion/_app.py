@@ -337,7 +337,11 @@ class BastionApp:
 
         self.grpc = GrpcServer(self.parts.grpc_services, guard=guard, ready=ready)
         if settings.grpc.use_separate_port:
-            await self.grpc.start(settings.service.host, settings.grpc.port)
+            await self.grpc.start(
+                settings.service.host,
+                settings.grpc.port,
+                preface_timeout_secs=settings.service.header_read_timeout_secs,
+            )
         else:
             state[H2_PROTOCOL_FACTORY] = self.grpc.protocol_factory
 

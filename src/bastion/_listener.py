@@ -511,18 +511,20 @@ class Http2OnlyProtocol(asyncio.Protocol):
     """For a port that speaks only HTTP/2 (``grpc.use_separate_port``): check the preface and first frame.
 
     A client that sends anything else gets GOAWAY(PROTOCOL_ERROR) and is closed; one that stalls before the
-    first frame is closed after ``SNIFF_TIMEOUT_SECS``. Then the connection belongs to ``factory()``.
+    first frame is closed after ``timeout_secs`` (the main port's sniffer: ``SNIFF_TIMEOUT_SECS`` or
+    ``service.header_read_timeout_secs``, whichever is shorter). Then the connection belongs to ``factory()``.
     """
 
-    def __init__(self, factory: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(self, factory: Callable[[], asyncio.Protocol], *, timeout_secs: float = SNIFF_TIMEOUT_SECS) -> None:
         self.factory = factory
+        self.timeout_secs = timeout_secs
         self.transport: asyncio.Transport | None = None
         self.buffer = b""
         self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.timer = asyncio.get_running_loop().call_later(SNIFF_TIMEOUT_SECS, self._close)
+        self.timer = asyncio.get_running_loop().call_later(self.timeout_secs, self._close)
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None

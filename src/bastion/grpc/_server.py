@@ -20,7 +20,7 @@ from h2.exceptions import ProtocolError as H2ProtocolError
 from hpack.exceptions import HPACKError, OversizedHeaderListError
 from hyperframe.frame import GoAwayFrame
 
-from bastion._listener import answer_and_close
+from bastion._listener import SNIFF_TIMEOUT_SECS, answer_and_close
 from bastion.grpc import _hpack
 from bastion.grpc._interceptors import GrpcGuard
 from bastion_core import running_loop
@@ -217,12 +217,16 @@ class GrpcServer:
         protocol.__class__ = _H2Protocol  # grpclib builds it with its handler; only connection_made differs
         return protocol
 
-    async def start(self, host: str, port: int) -> None:
-        """Listen on a port of its own (HTTP/2 only, checked like the main port's sniffer does)."""
+    async def start(self, host: str, port: int, *, preface_timeout_secs: float = SNIFF_TIMEOUT_SECS) -> None:
+        """Listen on a port of its own (HTTP/2 only, checked like the main port's sniffer does; a client that
+        has not sent its preface and first frame ``preface_timeout_secs`` after the accept is closed)."""
         from bastion._listener import Http2OnlyProtocol
 
         loop = asyncio.get_running_loop()
-        self._listener = await loop.create_server(lambda: Http2OnlyProtocol(self.protocol_factory), host, port)
+        timeout = min(preface_timeout_secs, SNIFF_TIMEOUT_SECS)
+        self._listener = await loop.create_server(
+            lambda: Http2OnlyProtocol(self.protocol_factory, timeout_secs=timeout), host, port
+        )
         log.info("grpc_listening", host=host, port=port)
 
     async def drain(self, grace_secs: float) -> None:

@@ -23,6 +23,7 @@ _SIMPLE_PATH = re.compile(
     r"@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)>(.*)\Z",
     re.DOTALL,
 )
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def strip_keyword(keyword: str, arg: str | None) -> str | None:
@@ -39,15 +40,20 @@ def parse_path(path: str) -> tuple[str | None, str | None]:
     ``<>`` comes back as the address ``"<>"`` (the caller decides what the null path means), an empty path as
     ``("", "")`` and anything unparsable as ``(None, None)``. A plain ``<dot-atom@domain>`` is read with one regex
     (about 60 times faster); anything else goes to the standard library's RFC 5322 parser, as aiosmtpd's does, and
-    its IndexErrors on hostile input also mean "no address".
+    its IndexErrors on hostile input also mean "no address", as does a control character in the address.
     """
     match = _SIMPLE_PATH.match(path)
     if match is not None:
         return match.group(1), match.group(2)
     try:
-        return _parse_rfc5322_path(path)
+        address, rest = _parse_rfc5322_path(path)
     except Exception:
         return None, None
+    if address is not None and _CONTROL.search(address):
+        # A bare CR, a NUL or another control character (the line itself ends at CRLF): not an address RFC 5321
+        # allows, and nothing that could reach a payload or a log line.
+        return None, None
+    return address, rest
 
 
 def _parse_rfc5322_path(path: str) -> tuple[str | None, str | None]:

@@ -54,6 +54,13 @@ class TestParsePath:
     def test_unparsable_is_no_address(self, path: str) -> None:
         assert parse_path(path) == (None, None)
 
+    @pytest.mark.parametrize(
+        "path", ["0\r0", "<a\rb@example.org>", '<"a\x00b"@example.org>', "a\x7f@example.org", "\x1b@x"]
+    )
+    def test_a_control_character_is_no_address(self, path: str) -> None:
+        """Found by the reliability fuzz target: a bare CR or a NUL came back inside the address."""
+        assert parse_path(path) == (None, None)
+
 
 class TestParameters:
     def test_keywords_and_values(self) -> None:
