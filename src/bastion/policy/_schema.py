@@ -141,7 +141,8 @@ def service_schema(
 ) -> PolicySchema:
     """The schema of the actions a built app decides, in the dispatcher's order.
 
-    - every route of the table: ``"<METHOD> <template>"`` (a WebSocket route: ``GET``), its resource the path
+    - every route of the table but the public API docs: ``"<METHOD> <template>"`` (a WebSocket route: ``GET``),
+      its resource the path
       parameters (``Long`` for an ``int`` convertor, else ``String``) plus its extractor's attributes;
     - the built-in and operator endpoints and the frontend routes without parameters: ``"<METHOD>
       <normalized path>"`` (``/health`` and ``/ready`` are never decided); a frontend route with parameters, a
@@ -163,6 +164,8 @@ def service_schema(
         shapes[name] = ActionShape(name=name, attributes={**attributes, **(extra or {})}, open=extra is None)
 
     for entry in routes.entries:
+        if entry.public:  # the API docs while service.api_docs_public: never decided, so never an action
+            continue
         params = {
             name: "Long" if isinstance(convertor, IntegerConvertor) else "String"
             for name, convertor in entry.convertors.items()

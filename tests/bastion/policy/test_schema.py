@@ -65,11 +65,7 @@ class TestActions:
     def test_every_route_operator_route_frontend_page_and_grpc_method(self) -> None:
         schema = schema_of(shop_service())
         assert [action.name for action in schema.actions] == [
-            "GET /api/v1/openapi.json",
-            "HEAD /api/v1/openapi.json",
             "GET /api/v1/orders",
-            "GET /api/v2/openapi.json",
-            "HEAD /api/v2/openapi.json",
             "GET /api/v2/orders/{order_id}",
             "PUT /api/v2/notes/{note_id}",
             "POST /admin/reload-policy",
@@ -79,6 +75,13 @@ class TestActions:
             "/shop.v1.Orders/ListOrders",
         ]
         assert not schema.open_actions
+
+    def test_the_api_docs_are_actions_only_when_the_policy_decides_them(self) -> None:
+        public = [action.name for action in schema_of(shop_service()).actions]
+        protected = [action.name for action in schema_of(shop_service(), SERVICE_API_DOCS_PUBLIC="false").actions]
+        docs = ["GET /api/v2/openapi.json", "HEAD /api/v2/openapi.json", "GET /api/v2/docs", "GET /api/v2/redoc"]
+        assert [name in public for name in docs] == [False] * 4
+        assert [name in protected for name in docs] == [True] * 4
 
     def test_metrics_behind_the_policy_is_an_action(self) -> None:
         schema = schema_of(shop_service(), SERVICE_METRICS_ENABLED="true", SERVICE_METRICS_PUBLIC="false")
@@ -160,4 +163,4 @@ class TestDocument:
                 "context": {"type": "Context"},
             }
         }
-        assert len(document["actions"]) == 12
+        assert len(document["actions"]) == 8
