@@ -9,6 +9,7 @@ request). The public key file comes from ``BENCH_JWT_PUBLIC_KEY_PATH``.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -48,6 +49,13 @@ async def current_claims(credentials: Annotated[HTTPAuthorizationCredentials, De
         raise HTTPException(401, "invalid token", headers={"WWW-Authenticate": "Bearer"}) from exc
 
 
+@functools.lru_cache(maxsize=256)
+def _version(template: str) -> int:
+    """The API version of a route template (``/api/v2/...`` -> 2), worked out once per template."""
+    parts = template.split("/")
+    return int(parts[2][1:]) if len(parts) > 2 and parts[2][:1] == "v" and parts[2][1:].isdigit() else 0
+
+
 async def authorized(request: Request, claims: Annotated[dict[str, Any], Depends(current_claims)]) -> dict[str, Any]:
     sub = str(claims.get("sub", "anonymous"))
     route = request.scope.get("route")
@@ -59,6 +67,10 @@ async def authorized(request: Request, claims: Annotated[dict[str, Any], Depends
             "action": f'Action::"{request.method} {template}"',
             "resource": f'Resource::"{request.url.path}"',
             "context": {
+                # what Bastion's context carries too (the example's policies read method, path and version)
+                "method": request.method,
+                "path": template,
+                "version": _version(template),
                 "ip_address": request.client.host if request.client else "",
                 "timestamp": int(time.time()),
                 "user_agent": request.headers.get("user-agent", ""),

@@ -21,7 +21,7 @@ from typing import Any
 from bastion._responses import json_body, send_response
 from bastion.errors import ConfigError
 from bastion.routing._openapi import Gates, complete_openapi, segment_parameters
-from bastion.routing._resolve import RouteEntry
+from bastion.routing._resolve import DOCS_ASSET_ROUTE, RouteEntry
 from bastion.routing._versioned import VersionedApi
 from bastion.types import ASGIApp, Headers, Receive, Scope, Send
 
@@ -225,7 +225,7 @@ class ApiDocs:
             f"{prefix}/redoc": (f"redoc_v{number}", _page_app(redoc_page(f"{label} - ReDoc", self.assets))),
         }
         for asset in self.assets.values():
-            handlers[f"{prefix}/docs/assets/{asset.name}"] = ("api_docs_asset", _asset_app(asset, self._cache_control))
+            handlers[f"{prefix}/docs/assets/{asset.name}"] = (DOCS_ASSET_ROUTE, _asset_app(asset, self._cache_control))
         for route in routes:
             if route.path in handlers and not route.websocket:
                 raise ConfigError(

@@ -264,7 +264,7 @@ class TestPolicyCommands:
         assert main(["policy", "check", str(self.POLICIES), *app]) == 0
         assert capsys.readouterr().out == (
             f"{self.POLICIES}: 6 policies OK (digest {load_policies(self.POLICIES).digest}; context attributes read: "
-            "method, path, version; valid against the schema of examples.documents_api:service, 21 actions)\n"
+            "method, path, version; valid against the schema of examples.documents_api:service, 29 actions)\n"
         )
 
     def test_check_against_the_app_names_file_line_and_id(
@@ -307,15 +307,23 @@ class TestPolicyCommands:
             "DELETE /api/v1/documents/{user_id}/{doc_id}",
             "DELETE /api/v2/documents/{user_id}/{doc_id}",
             "GET /api/v1/admin/users",
+            "GET /api/v1/docs",
             "GET /api/v1/documents",
             "GET /api/v1/documents/{user_id}/{doc_id}",
             "GET /api/v1/openapi.json",
+            "GET /api/v1/redoc",
             "GET /api/v2/admin/users",
+            "GET /api/v2/docs",
             "GET /api/v2/documents",
             "GET /api/v2/documents/{user_id}/{doc_id}",
             "GET /api/v2/openapi.json",
+            "GET /api/v2/redoc",
+            "HEAD /api/v1/docs",
             "HEAD /api/v1/openapi.json",
+            "HEAD /api/v1/redoc",
+            "HEAD /api/v2/docs",
             "HEAD /api/v2/openapi.json",
+            "HEAD /api/v2/redoc",
             "POST /admin/reload-policy",
             "POST /admin/revoke-token",
             "POST /api/v1/documents",

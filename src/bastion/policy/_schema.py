@@ -20,7 +20,7 @@ from bastion.errors import ConfigError
 from bastion.policy._authorizer import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE
 from bastion.policy._normalize import Normalizer
 from bastion.routing._fallback import Dispatcher, empty_not_found
-from bastion.routing._resolve import RouteTable
+from bastion.routing._resolve import DOCS_ASSET_ROUTE, RouteTable
 
 ANY_METHOD = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 """The actions of a route that takes every method."""
@@ -141,8 +141,7 @@ def service_schema(
 ) -> PolicySchema:
     """The schema of the actions a built app decides, in the dispatcher's order.
 
-    - every route of the table but the public API docs: ``"<METHOD> <template>"`` (a WebSocket route: ``GET``),
-      its resource the path
+    - every route of the table: ``"<METHOD> <template>"`` (a WebSocket route: ``GET``), its resource the path
       parameters (``Long`` for an ``int`` convertor, else ``String``) plus its extractor's attributes;
     - the built-in and operator endpoints and the frontend routes without parameters: ``"<METHOD>
       <normalized path>"`` (``/health`` and ``/ready`` are never decided); a frontend route with parameters, a
@@ -164,7 +163,10 @@ def service_schema(
         shapes[name] = ActionShape(name=name, attributes={**attributes, **(extra or {})}, open=extra is None)
 
     for entry in routes.entries:
-        if entry.public:  # the API docs while service.api_docs_public: never decided, so never an action
+        # The API docs are actions too, public or not: a policy may name them (it must, for
+        # service.api_docs_public = false), and one written for that stays valid when they are public. Their
+        # scripts and styles (hashed file names) are not: a policy reaches them through context.path.
+        if entry.name == DOCS_ASSET_ROUTE:
             continue
         params = {
             name: "Long" if isinstance(convertor, IntegerConvertor) else "String"

@@ -19,6 +19,10 @@ from bastion.types import SCOPE_ROUTE, ASGIApp, Receive, Scope, Send
 _FASTAPI_SCOPE, _EFFECTIVE_ROUTE_CONTEXT = "fastapi", "effective_route_context"
 
 
+DOCS_ASSET_ROUTE = "api_docs_asset"
+"""The name of the routes that serve the API docs' bundled scripts and styles (not an action policies name)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RouteEntry:
     """A route known before dispatch: its full path, methods and (for built-ins) its handler.
