@@ -1,5 +1,6 @@
 """Faults under load: the cache store killed and restarted, the webhook failing then hanging then recovering,
-the relay killed with SIGKILL mid-burst in queue mode, the object store down.
+the relay killed with SIGKILL mid-burst in queue mode, the object store down, NATS killed and restarted under a
+Bastion service that publishes and consumes.
 
 Every figure is a count of lost or wrongly allowed things (bound 0) or a recovery time (bounded)."""
 
@@ -330,9 +331,197 @@ def valkey_kill(ctx: Context) -> list[Figure]:
     ]
 
 
+NATS_READY_BOUND_SECS = 3.0
+"""/ready 200 again within this of NATS answering after its restart: nats-py retries the connection every
+``broker.retry_delay_secs`` (1 s by default), then readiness is the connection's state; 2 s of slack."""
+NATS_RESUME_BOUND_SECS = 3.0
+"""The consumer handles a message within this of NATS answering after its restart (same reasoning)."""
+PUBLISH_TIMEOUT_SECS = 2.0
+DOWN_GRACE_SECS = 0.5
+"""Probes sent in the first half second after the kill are not judged (the client sees the EOF at once)."""
+
+
+class Publisher:
+    """``workers`` threads POST numbered events to the broker service until stopped; records each id's status
+    and when (wall clock) it was sent and answered."""
+
+    def __init__(self, url: str, workers: int) -> None:
+        self.url = f"{url}/api/v1/events"
+        self.workers = workers
+        self.sent: dict[int, tuple[float, float, int]] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._count = 0
+        self._pool = ThreadPoolExecutor(workers)
+
+    def _loop(self) -> None:
+        # A publish in flight at the kill waits for its ack up to nats-py's 5 s; giving up after 2 s (status 0,
+        # not counted as acked) keeps the load going right after the restart, also in the quick run.
+        with httpx.Client(timeout=PUBLISH_TIMEOUT_SECS) as client:
+            while not self._stop.is_set():
+                if self.one(client) != 200:
+                    time.sleep(0.05)
+
+    def one(self, client: httpx.Client) -> int:
+        """Publish the next number; its status (0: no answer)."""
+        with self._lock:
+            self._count += 1
+            number = self._count
+        started = time.time()
+        try:
+            status = client.post(self.url, json={"id": number}).status_code
+        except httpx.HTTPError:
+            status = 0
+        with self._lock:
+            self.sent[number] = (started, time.time(), status)
+        return status
+
+    def __enter__(self) -> Publisher:
+        for _ in range(self.workers):
+            self._pool.submit(self._loop)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._pool.shutdown(wait=True)
+
+    def accepted(self) -> set[int]:
+        with self._lock:
+            return {number for number, (_, _, status) in self.sent.items() if status == 200}
+
+
+class ReadyProbe:
+    """Polls ``/ready`` every 50 ms from a thread; ``seen`` holds (sent at, answered at, status), wall clock."""
+
+    def __init__(self, url: str) -> None:
+        self.url = f"{url}/ready"
+        self.seen: list[tuple[float, float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        with httpx.Client(timeout=2.0) as client:
+            while not self._stop.is_set():
+                started = time.time()
+                try:
+                    status = client.get(self.url).status_code
+                except httpx.HTTPError:
+                    status = 0
+                self.seen.append((started, time.time(), status))
+                self._stop.wait(0.05)
+
+    def __enter__(self) -> ReadyProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+
+def _handled(path: Path) -> list[tuple[int, float]]:
+    """(id, wall-clock time) of every delivery the consumer handled, in order; duplicates are redeliveries."""
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2:  # a line being written is incomplete
+            entries.append((int(parts[0]), float(parts[1])))
+    return entries
+
+
+def nats_kill(ctx: Context) -> list[Figure]:
+    """A Bastion service publishing (JetStream ack) and consuming (durable consumer) under a stream of HTTP
+    publishes; NATS gets SIGKILL, stays down, and is restarted on the same port and JetStream store: /ready is
+    503 throughout the outage and 200 again soon after, publishes during the outage are refused (503), every
+    publish that got an ack is handled, and the consumer resumes."""
+    name = "NATS kill/restart"
+    before_secs, outage_secs, after_secs = (1.0, 1.5, 2.0) if ctx.quick else (5.0, 10.0, 5.0)
+    handled_file = ctx.ws.root / f"handled-{time.monotonic_ns()}.txt"
+    with _nats(ctx.ws.root) as nats, servers.broker_service(ctx.ws, nats.url, handled_file) as url:
+        with ReadyProbe(url) as probe, Publisher(url, 4) as publisher:
+            time.sleep(before_secs)
+            nats.kill()  # SIGKILL by PID (Popen.send_signal), then reaped
+            killed_at = time.time()
+            # The load's publishes in flight at the kill wait for their ack (5 s); these are sent while it is down.
+            time.sleep(DOWN_GRACE_SECS)
+            with httpx.Client(timeout=PUBLISH_TIMEOUT_SECS) as client:
+                while time.time() < killed_at + outage_secs - 0.2:
+                    publisher.one(client)
+                    time.sleep(0.1)
+            time.sleep(max(0.0, killed_at + outage_secs - time.time()))
+            restart_at = time.time()
+            nats.start()  # same port, same store; returns once /healthz answers 200
+            back_at = time.time()
+            time.sleep(after_secs)
+        accepted = publisher.accepted()
+        deadline = time.monotonic() + DRAIN_SECS
+        while time.monotonic() < deadline and not accepted <= {n for n, _ in _handled(handled_file)}:
+            time.sleep(0.2)
+        handled = _handled(handled_file)
+    handled_ids = {number for number, _ in handled}
+    lost = accepted - handled_ids
+    duplicates = len(handled) - len(handled_ids)
+    down = [
+        status for sent, answered, status in probe.seen if killed_at + DOWN_GRACE_SECS < sent and answered < restart_at
+    ]
+    first_ready = min(
+        (answered for sent, answered, status in probe.seen if sent >= back_at and status == 200), default=None
+    )
+    outage = [s for sent, _, s in publisher.sent.values() if killed_at + DOWN_GRACE_SECS <= sent < restart_at]
+    accepted_down = sum(s == 200 for s in outage)
+    after = {n for n in accepted if publisher.sent[n][0] >= back_at}
+    first_handled = min((at for _, at in handled if at >= back_at), default=None)
+    return [
+        is_true(
+            name,
+            "/ready 503 throughout the outage",
+            bool(down) and all(s == 503 for s in down),
+            note=f"{len(down)} probes while down: {sorted(set(down))}",
+        ),
+        at_most(
+            name,
+            "/ready 200 again after NATS answers",
+            None if first_ready is None else first_ready - back_at,
+            NATS_READY_BOUND_SECS,
+            unit=" s",
+            note=f"NATS down {restart_at - killed_at:.1f} s, restart took {back_at - restart_at:.2f} s",
+        ),
+        equals(
+            name,
+            "publishes sent while NATS was down answered 200",
+            accepted_down,
+            0,
+            note=f"{len(outage)} sent: {sorted(set(outage))}",
+        ),
+        equals(
+            name,
+            "acked messages lost",
+            len(lost),
+            0,
+            note=f"{len(accepted)} got a JetStream ack; {duplicates} redelivered",
+        ),
+        at_most(
+            name,
+            "first message handled after NATS answers",
+            None if first_handled is None else first_handled - back_at,
+            NATS_RESUME_BOUND_SECS,
+            unit=" s",
+        ),
+        is_true(
+            name,
+            "messages acked after the restart handled",
+            bool(after) and after <= handled_ids,
+            note=f"{len(after & handled_ids)} of {len(after)}",
+        ),
+    ]
+
+
 SCENARIOS = {
     "valkey-kill": valkey_kill,
     "webhook-faults": webhook_faults,
     "relay-sigkill": relay_sigkill,
     "s3-down": s3_down,
+    "nats-kill": nats_kill,
 }

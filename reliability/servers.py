@@ -1,4 +1,5 @@
-"""The real processes a scenario drives: the secured example (`bastion run`) and MailRelay (`mailrelay`).
+"""The real processes a scenario drives: the secured example (`bastion run`), the broker service of `nats-kill`
+(`bastion run reliability.broker_app:service`) and MailRelay (`mailrelay`).
 
 Built on bench's process helpers (:class:`bench.processes.ServerProcess`: free loopback ports, output to a log
 file, stopped by PID) and bench's :class:`bench.scenarios.Workspace` (a temp dir, an RS256 key pair, a token).
@@ -14,6 +15,7 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
@@ -92,6 +94,44 @@ def bastion(
         yield running
     finally:
         server.stop()
+
+
+BROKER_APP = "reliability.broker_app:service"
+
+
+@contextlib.contextmanager
+def broker_service(
+    ws: Workspace, nats_url: str, handled_file: Path, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """`bastion run` of :mod:`reliability.broker_app` (no token, no rate limit, the broker's default reconnect
+    settings) on a free loopback port; yields its URL once ``/ready`` answers 200 (connected, consumer running)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [venv_script("bastion"), "run", BROKER_APP, "--host", "127.0.0.1", "--port", str(port)]
+    full_env = {
+        **_pythonpath(),
+        "SERVICE_LOG_FORMAT": "json",
+        "SERVICE_LOG_LEVEL": "warning",
+        "SERVICE_MIDDLEWARE_ACCESS_LOG_ENABLED": "false",
+        "SERVICE_TOKEN_ENABLED": "false",
+        "SERVICE_RATE_LIMIT_ENABLED": "false",
+        "SERVICE_BROKER_URL": nats_url,
+        "RELIABILITY_HANDLED_FILE": str(handled_file),
+        **(env or {}),
+    }
+    server = ServerProcess("bastion-broker", argv, log_path=ws.log("bastion-broker"), env=full_env)
+    try:
+        server.wait_ready(lambda: port_open(port) and _ready(url) == 200)
+        yield url
+    finally:
+        server.stop()
+
+
+def _ready(url: str) -> int:
+    try:
+        return httpx.get(f"{url}/ready", timeout=PROBE_TIMEOUT_SECS).status_code
+    except httpx.HTTPError:
+        return 0
 
 
 def served(url: str, headers: dict[str, str], *, timeout: float) -> float | None:
