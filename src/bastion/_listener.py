@@ -316,9 +316,22 @@ class BoundedHttpProtocol(_Http11Protocol):
         self.awaiting_head = True
 
     def on_response_complete(self) -> None:
+        # Answered before the request's body had all arrived (a 401, 413 or 429 refuses before reading it, a 408
+        # because it did not come): the rest is not worth waiting for, and a client trickling it would hold the
+        # connection for as long as it likes. Closed like a refused head: FIN, then what arrives is dropped.
+        unfinished = self.cycle is not None and self.cycle.more_body and not self.head_refused
         super().on_response_complete()
-        if self.head_refused and self.cycle.response_complete and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self.head_refused and self.cycle.response_complete:
             self.timer = answer_and_close(self.transport, HEADERS_TOO_LARGE_RESPONSE, self.loop)
+        elif unfinished:
+            self.head_refused = True  # drop the rest of the body
+            if self.timeout_keep_alive_task is not None:
+                self.timeout_keep_alive_task.cancel()
+                self.timeout_keep_alive_task = None
+            self._cancel_timer()
+            self.timer = answer_and_close(self.transport, b"", self.loop)
 
     def _refuse_head(self) -> None:
         self.head_refused = True

@@ -226,6 +226,17 @@ def test_a_body_sent_too_slowly_is_408_then_close(connect: Callable[[], socket.s
     assert body == b'{"error":"Request body not received within 1s","code":"REQUEST_TIMEOUT","status":408}'
 
 
+def test_an_answer_before_the_body_arrived_ends_the_connection(connect: Callable[[], socket.socket]) -> None:
+    """A refusal that does not read the body (here a 404) is followed by FIN: a client trickling the rest of its
+    body cannot hold the connection, and what it still sends is dropped, not parsed as a next request."""
+    sock = connect()
+    sock.sendall(b"POST /api/v1/nowhere HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{")
+    head, _ = read_response(sock)
+    assert head.startswith(b"HTTP/1.1 404 ")
+    sock.sendall(b"GET /api/v1/ping HTTP/1.1\r\nHost: t\r\n\r\n")  # body bytes to the server: dropped
+    assert read_to_eof(sock) == b""
+
+
 def test_silent_connection_is_closed_after_header_read_timeout(connect: Callable[[], socket.socket]) -> None:
     assert read_to_eof(connect()) == b""
 
