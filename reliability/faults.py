@@ -25,6 +25,10 @@ from tests.nats_server import NatsServer
 
 RECOVERY_BOUND_SECS = 2.0
 DRAIN_SECS = 30.0
+RETRY_DRAIN_SECS = 120.0
+"""How long the webhook scenario waits, after the load stops, for every accepted mail to be delivered. The mail
+accepted during the 20 s outage of the full run (tens of thousands: the relay keeps answering 250 in queue mode)
+is a backlog the workers post after the recovery; measured 7-31 s. Waiting stops once every 250 is delivered."""
 
 
 def _subject(request: RecordedRequest) -> str:
@@ -96,6 +100,15 @@ def _wait_delivered(receiver: WebhookReceiver, answered: dict[int, int], wanted:
     return _delivered(receiver, answered)
 
 
+def _attempts(receiver: WebhookReceiver, answered: dict[int, int], subjects: set[str]) -> str:
+    """What the webhook answered each POST of the first few ``subjects`` (for a loss: where it went)."""
+    seen: dict[str, list[int]] = {subject: [] for subject in sorted(subjects)[:3]}
+    for index, request in enumerate(list(receiver.requests)):
+        if (subject := _subject(request)) in seen:
+            seen[subject].append(answered.get(index, 200))
+    return "; ".join(f"{subject}: {codes or 'never posted'}" for subject, codes in seen.items())
+
+
 def _delivery_ids(receiver: WebhookReceiver) -> dict[str, set[str]]:
     ids: dict[str, set[str]] = {}
     for request in list(receiver.requests):
@@ -149,7 +162,9 @@ def webhook_faults(ctx: Context) -> list[Figure]:
             recovered_at = time.time()
             time.sleep(phase_secs)
         accepted = mailer.accepted()
-        delivered = _wait_delivered(receiver, answered, accepted, DRAIN_SECS)
+        drain_started = time.monotonic()
+        delivered = _wait_delivered(receiver, answered, accepted, RETRY_DRAIN_SECS)
+        drained = time.monotonic() - drain_started
         first_ok = min((r.received_at for i, r in enumerate(receiver.requests) if answered.get(i) == 200), default=None)
     ids = _delivery_ids(receiver)
     lost = accepted - delivered
@@ -157,7 +172,17 @@ def webhook_faults(ctx: Context) -> list[Figure]:
     retried = sum(1 for i in answered if answered[i] != 200)
     recovery = None if first_ok is None else first_ok - recovered_at
     return [
-        equals(name, "accepted mails lost", len(lost), 0, note=f"{len(accepted)} got 250; {retried} failed POSTs"),
+        equals(
+            name,
+            "accepted mails lost",
+            len(lost),
+            0,
+            note=(
+                f"{len(accepted)} got 250; {retried} failed POSTs; all delivered {drained:.1f} s after the load"
+                if not lost
+                else f"{len(accepted)} got 250; after {drained:.0f} s: {_attempts(receiver, answered, lost)}"
+            ),
+        ),
         equals(name, "mails whose retries changed delivery id", changed, 0),
         at_most(name, "first delivery after recovery", recovery, RECOVERY_BOUND_SECS, unit=" s"),
     ]
