@@ -316,10 +316,13 @@ class BoundedHttpProtocol(_Http11Protocol):
         self.awaiting_head = True
 
     def on_response_complete(self) -> None:
-        # Answered before the request's body had all arrived (a 401, 413 or 429 refuses before reading it, a 408
-        # because it did not come): the rest is not worth waiting for, and a client trickling it would hold the
+        # Answered before the request's body had all arrived (a 401, 404, 413 or 429 refuses before reading it, a
+        # 408 because it did not come): the rest is not worth waiting for, and a client trickling it would hold the
         # connection for as long as it likes. Closed like a refused head: FIN, then what arrives is dropped.
-        unfinished = self.cycle is not None and self.cycle.more_body and not self.head_refused
+        # self.cycle is the last request parsed: with a pipelined request queued behind this response it is that
+        # one (its response not started), whose body may simply not have been read yet.
+        cycle = self.cycle
+        unfinished = cycle is not None and cycle.response_complete and cycle.more_body and not self.head_refused
         super().on_response_complete()
         if self.transport.is_closing():
             return

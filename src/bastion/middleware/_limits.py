@@ -15,8 +15,8 @@ from bastion_core import running_loop
 
 class TimeoutMiddleware:
     """Cancel a handler that has not started its response within ``timeout_secs``; raise GatewayTimeout (504),
-    or RequestTimeout (408, with ``Connection: close``) when the handler was waiting for the client's body then:
-    the time went to a client too slow to send it, not to the service.
+    or RequestTimeout (408; the listener then closes the connection) when the handler was waiting for a body
+    that had not all arrived: the time went to a client too slow to send it, not to the service.
 
     A response already streaming when the deadline passes is cut off (the server closes the connection).
     What ``asyncio.timeout`` does, with one timer on the loop and no loop lookup per request (on Python 3.11
@@ -32,11 +32,11 @@ class TimeoutMiddleware:
             await self.app(scope, receive, send)
             return
         tracked = TrackedSend(send)
-        body = _BodyWait(receive)
         loop = running_loop()
         task = asyncio.current_task(loop)
         assert task is not None
         deadline = _Deadline(task)
+        body = _BodyWait(receive, deadline)
         timer = loop.call_at(loop.time() + self.timeout_secs, deadline.expire)
         try:
             await self.app(scope, body, tracked)
@@ -49,10 +49,9 @@ class TimeoutMiddleware:
                 raise
             if tracked.started:
                 raise TimeoutError from None
-            if body.waiting:
-                raise RequestTimeout(
-                    f"Request body not received within {self.timeout_secs:g}s", headers=[("Connection", "close")]
-                ) from None
+            if body.waiting and not body.complete:
+                # The listener closes the connection after this answer: the body never finished arriving.
+                raise RequestTimeout(f"Request body not received within {self.timeout_secs:g}s") from None
             raise GatewayTimeout(f"Request timed out after {self.timeout_secs:g}s") from None
         finally:
             timer.cancel()
@@ -61,18 +60,30 @@ class TimeoutMiddleware:
 
 
 class _BodyWait:
-    """The request's ``receive``, remembering whether the handler is waiting on it right now."""
+    """The request's ``receive``, remembering whether the handler is waiting on it right now (``waiting``: set
+    while the deadline's cancellation passes through, so the deadline can read it) and whether the whole body
+    has arrived (``complete``)."""
 
-    __slots__ = ("receive", "waiting")
+    __slots__ = ("complete", "deadline", "receive", "waiting")
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, deadline: _Deadline) -> None:
         self.receive = receive
+        self.deadline = deadline
         self.waiting = False
+        self.complete = False
 
     async def __call__(self) -> Message:
         self.waiting = True
-        message = await self.receive()
-        self.waiting = False  # not on the way out of a cancellation: the deadline reads it then
+        try:
+            message = await self.receive()
+        except BaseException:
+            # Another cancellation (Starlette's is_disconnected() cancels a receive at once) is not a wait.
+            if not self.deadline.expired:
+                self.waiting = False
+            raise
+        self.waiting = False
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            self.complete = True
         return message
 
 

@@ -66,7 +66,44 @@ async def test_a_body_too_slow_to_arrive_is_408_and_closes() -> None:
         "REQUEST_TIMEOUT",
         "Request body not received within 0.05s",
     )
-    assert info.value.headers == [("Connection", "close")]
+    assert info.value.headers == []  # the listener closes the connection (the body never finished)
+
+
+async def test_a_cancelled_receive_then_a_slow_handler_is_504() -> None:
+    """Starlette's ``is_disconnected()`` cancels a receive at once: the handler was not waiting for a body."""
+
+    async def peek_then_hang(scope: Scope, receive: Receive, send: Send) -> None:
+        waiting = asyncio.ensure_future(receive())
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await asyncio.sleep(30)
+
+    async def never() -> Message:
+        await asyncio.sleep(30)
+        return {"type": "http.disconnect"}
+
+    with pytest.raises(GatewayTimeout):
+        await TimeoutMiddleware(peek_then_hang, timeout_secs=0.05)({"type": "http"}, never, _discard)
+
+
+async def test_waiting_for_the_disconnect_after_the_whole_body_is_504() -> None:
+    async def read_all_then_wait(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()  # the whole body
+        await receive()  # then waits for http.disconnect
+
+    calls: list[int] = []
+
+    async def body_then_nothing() -> Message:
+        calls.append(1)
+        if len(calls) == 1:
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+        await asyncio.sleep(30)
+        return {"type": "http.disconnect"}
+
+    with pytest.raises(GatewayTimeout):
+        await TimeoutMiddleware(read_all_then_wait, timeout_secs=0.05)({"type": "http"}, body_then_nothing, _discard)
 
 
 async def test_a_slow_handler_after_the_body_arrived_is_still_504() -> None:
