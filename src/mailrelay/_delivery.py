@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import random
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
 
-from bastion_core import mask_url, parse_retry_after, retry_wait
+from bastion_core import parse_retry_after, retry_wait
 from mailrelay._signing import Signer
 
 DELIVERY_ID_HEADER = "X-MailRelay-Delivery-Id"
@@ -97,6 +99,17 @@ class WebhookTransport(Protocol):
     async def post(self, body: bytes, headers: Mapping[str, str]) -> Attempt: ...
 
 
+def webhook_label(url: str) -> str:
+    """How logs name the webhook: its origin, then ``/…`` for any path, and the first 8 hex digits of the URL's
+    SHA-256 to tell webhooks apart (``https://hooks.example/… #3f2a9c01``). Nothing else of the URL: a
+    password, a query and, in capability URLs (Slack's ``/services/T../B../<secret>``), the path are secrets."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    origin = f"{parts.scheme}://{f'[{host}]' if ':' in host else host}{f':{parts.port}' if parts.port else ''}"
+    path = "/…" if parts.path not in ("", "/") or parts.query else ""
+    return f"{origin}{path} #{hashlib.sha256(url.encode()).hexdigest()[:8]}"
+
+
 class WebhookClient:
     """Builds each attempt's request and, in direct mode, retries until a final answer or the budget is spent.
 
@@ -122,11 +135,10 @@ class WebhookClient:
         url: str | None = None,
     ) -> None:
         self.transport = transport
-        # Log lines about trouble name the webhook (password and query masked): an operator reading
-        # "webhook_retries_exhausted" should not have to look up which URL this relay posts to. The SMTP reply
-        # does not name it: the sending server is outside, and the address of an internal service is not its
-        # business.
-        self.log_fields: dict[str, str] = {"webhook": mask_url(url)} if url else {}
+        # Log lines about trouble name the webhook: an operator reading "webhook_retries_exhausted" should not
+        # have to look up which URL this relay posts to. The SMTP reply does not: the sending server is outside,
+        # and the address of an internal service is not its business.
+        self.log_fields: dict[str, str] = {"webhook": webhook_label(url)} if url else {}
         self._log = log.bind(**self.log_fields)
         self.user_agent = user_agent
         self.max_retries = max_retries

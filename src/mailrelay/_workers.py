@@ -113,7 +113,7 @@ class DeliveryWorkers:
             circuit_wait=max(self.breaker.retry_after() if self.breaker is not None else 0.0, CIRCUIT_PAUSE_SECS),
             random=self._random,
         )
-        bound = log.bind(delivery_id=message.delivery_id, attempt=message.number, **self.webhook.log_fields)
+        bound = log.bind(delivery_id=message.delivery_id, attempt=message.number)
         metrics = self.metrics
         if decision.action is Action.ACK:
             await message.ack()
@@ -123,7 +123,12 @@ class DeliveryWorkers:
             return
         if decision.action is Action.RETRY:
             await message.nak(decision.delay)
-            bound.info("webhook_retry_scheduled", problem=decision.error, wait=round(decision.delay, 3))
+            bound.info(
+                "webhook_retry_scheduled",
+                problem=decision.error,
+                wait=round(decision.delay, 3),
+                **self.webhook.log_fields,
+            )
             if metrics is not None:
                 metrics.queue_retry(Retry.CIRCUIT_OPEN if attempt.circuit_open else Retry.ATTEMPT_FAILED)
             return
@@ -138,7 +143,7 @@ class DeliveryWorkers:
                 metrics.queue_retry(Retry.DEAD_LETTER_FAILED)
             return
         await message.ack()
-        bound.warning("message_dead_lettered", error=error, status=attempt.status)
+        bound.warning("message_dead_lettered", error=error, status=attempt.status, **self.webhook.log_fields)
         if metrics is not None:
             refused = judge(attempt) is Verdict.REJECTED
             metrics.dead_letter(DeadLetter.REFUSED if refused else DeadLetter.FAILED)

@@ -206,3 +206,20 @@ async def test_open_circuit_ends_the_delivery_at_once() -> None:
     assert result.posted
     first_refused = await webhook(Script(refused), Sleeps()).deliver(BODY, delivery_id="d")
     assert (first_refused.attempts, first_refused.posted) == (0, False)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://hooks.example/m", "https://hooks.example/…"),
+        ("https://hooks.example", "https://hooks.example"),
+        ("https://u:pw@hooks.example:8443/?token=t", "https://hooks.example:8443/…"),
+        ("http://[::1]:9000/webhook", "http://[::1]:9000/…"),
+    ],
+)
+def test_the_webhook_label_keeps_the_origin_and_a_hash(url: str, shown: str) -> None:
+    import hashlib
+
+    from mailrelay._delivery import webhook_label
+
+    assert webhook_label(url) == f"{shown} #{hashlib.sha256(url.encode()).hexdigest()[:8]}"
