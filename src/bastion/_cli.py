@@ -66,12 +66,19 @@ def _reload(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.workers is not None and args.workers > 1:
         raise ConfigError("--reload runs one worker: drop --workers (or --reload, to serve with several)")
+    # service.workers of the configuration is left for production: --reload runs one worker whatever it says.
     watch = _reload.watched_files(settings, config_path=args.config, app_dir=args.app_dir)
-    argv = _reload.worker_argv(
-        args.app, config_path=args.config, app_dir=args.app_dir, log_level=args.log_level, debug=args.debug_flag
-    )
     host = args.host if args.host is not None else settings.service.host
     port = args.port if args.port is not None else settings.service.port
+    argv = _reload.worker_argv(
+        args.app,
+        config_path=args.config,
+        app_dir=args.app_dir,
+        log_level=args.log_level,
+        debug=args.debug_flag,
+        host=host,
+        port=port,
+    )
     sock = _reload.bind(host, port)
     return _reload.Reloader(argv, sock, watch).run()
 

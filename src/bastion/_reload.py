@@ -14,6 +14,7 @@ policy file the config names. A change to ``service.host``/``service.port`` need
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import signal
 import socket
@@ -33,6 +34,9 @@ from bastion.errors import ConfigError
 STOP_TIMEOUT_SECS = 10.0
 """How long a replaced worker may take to finish its requests before it is killed (development only)."""
 FD_OPTION, CHECK_OPTION = "--fd", "--check-only"
+WORKER_CHECK_MS = 1000
+"""How often the supervisor looks whether its worker is still running (between file changes)."""
+PR_SET_PDEATHSIG = 1
 
 log = structlog.get_logger("bastion.reload")
 
@@ -96,8 +100,16 @@ class Reloader:
             # the whole project, virtualenv included); one that does not exist yet is not noticed when it appears.
             outside = [path for path in self.files if not path.is_relative_to(self.app_dir) and path.exists()]
             for changes in watchfiles.watch(
-                self.app_dir, *sorted(outside), watch_filter=_Filter(self.files), stop_event=self.stopping
+                self.app_dir,
+                *sorted(outside),
+                watch_filter=_Filter(self.files),
+                stop_event=self.stopping,
+                yield_on_timeout=True,
+                rust_timeout=WORKER_CHECK_MS,
             ):
+                if not changes:
+                    self._check_worker()
+                    continue
                 changed = sorted({self._shown(Path(path)) for _, path in changes})
                 log.warning("reload_changes_detected", changed=changed)
                 self.reload()
@@ -107,6 +119,13 @@ class Reloader:
                 signal.signal(sig, handler)
             self.sock.close()
         return 0
+
+    def _check_worker(self) -> None:
+        """A worker that ended by itself (its start-up failed after the check, a crash) is said once; the next
+        change starts a new one."""
+        if self.worker is not None and self.worker.poll() is not None:
+            log.error("reload_worker_exited", exit_code=self.worker.returncode, hint="a saved change starts a new one")
+            self.worker = None
 
     def _shown(self, path: Path) -> str:
         return str(path.relative_to(self.app_dir)) if path.is_relative_to(self.app_dir) else str(path)
@@ -126,7 +145,7 @@ class Reloader:
 
     def _start(self) -> subprocess.Popen[bytes]:
         fd = self.sock.fileno()
-        return subprocess.Popen([*self.worker_argv, FD_OPTION, str(fd)], pass_fds=(fd,))
+        return subprocess.Popen([*self.worker_argv, FD_OPTION, str(fd)], pass_fds=(fd,), preexec_fn=_die_with_parent)
 
     @staticmethod
     def _stop(worker: subprocess.Popen[bytes] | None) -> None:
@@ -143,9 +162,21 @@ class Reloader:
         self.stopping.set()
 
 
-def worker_argv(app: str, *, config_path: str | None, app_dir: str, log_level: str | None, debug: bool) -> list[str]:
-    """The ``bastion run`` command line of a worker (host and port come from the inherited socket)."""
+def _die_with_parent() -> None:
+    """In the worker, before it runs: SIGTERM when the supervisor dies, even by SIGKILL (Linux ``prctl``), so no
+    worker keeps serving on the inherited socket with nobody watching."""
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def worker_argv(
+    app: str, *, config_path: str | None, app_dir: str, log_level: str | None, debug: bool, host: str, port: int
+) -> list[str]:
+    """The ``bastion run`` command line of a worker: one worker, serving the inherited socket (``host`` and
+    ``port`` are what it is bound to, for the worker's logs and its metrics listener)."""
     argv = [sys.executable, "-m", "bastion", *(["--debug"] if debug else []), "run", app, "--app-dir", app_dir]
+    argv += ["--workers", "1", "--host", host, "--port", str(port)]
     if config_path:
         argv += ["--config", config_path]
     if log_level:

@@ -164,6 +164,8 @@ def serve(
     workers = workers or settings.service.workers
     if settings.metrics.enabled and settings.metrics.port == port:
         raise ConfigError(f"metrics.port {port} is the port the service listens on: choose another metrics.port")
+    if fd is not None and workers > 1:
+        raise ConfigError("an inherited socket (--fd) is served by one worker: drop --workers")
     if workers > 1:
         os.environ.update({ENV_APP: reference, ENV_APP_DIR: os.path.abspath(app_dir)})
         if config_path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -149,3 +151,25 @@ def test_reload_with_several_workers_is_refused(bastion_process: Callable[..., B
     assert process.output().strip().splitlines()[-1] == (
         "error: --reload runs one worker: drop --workers (or --reload, to serve with several)"
     )
+
+
+def test_configured_workers_run_as_one_and_the_worker_dies_with_the_supervisor(
+    bastion_process: Callable[..., BastionProcess], app_dir: Path
+) -> None:
+    (app_dir / "service.toml").write_text(CONFIG + "\n[service]\nworkers = 3\n")  # production's; --reload runs one
+    process = start(bastion_process, app_dir)
+    served = wait_for_answer(process, "one")
+    os.kill(process.proc.pid, signal.SIGKILL)  # the supervisor only, not its process group
+    process.proc.wait(timeout=10)
+    deadline = time.monotonic() + RELOAD_TIMEOUT_SECS
+    while _pid_alive(int(str(served["pid"]))):
+        assert time.monotonic() < deadline, "the worker outlived its supervisor"
+        time.sleep(0.1)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"  # a zombie has exited
