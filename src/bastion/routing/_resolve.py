@@ -114,7 +114,6 @@ class RouteTable:
         router: APIRouter,
         *,
         version: int,
-        extra: Iterable[RouteEntry] = (),
         compile_with: Collection[Callable[..., Any]] | None = None,
     ) -> list[RouteEntry]:
         """Entries for every route of ``router`` (flattening included routers), with their full templates.
@@ -122,7 +121,7 @@ class RouteTable:
         ``compile_with``: compile the routes whose shape allows it (``bastion.routing._compiled``), calling
         these dependencies inline; ``None`` keeps FastAPI's handler for every route.
         """
-        entries = list(extra)
+        entries: list[RouteEntry] = []
         for context in iter_route_contexts(router.routes):
             path = context.path
             if path is None:
