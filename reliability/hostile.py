@@ -116,14 +116,64 @@ def slow_body(ctx: Context) -> list[Figure]:
         ]
         legit = {"HTTP/1.1 requests": probes.http_probe(f"{app.url}/api/v1/documents", app.auth())}
         results, served = asyncio.run(_under_attack(attacks, legit))
+        # The same on the gRPC side of the port: unary calls whose message trickles in.
+        limit = timeout + CLOSE_MARGIN_SECS
+        grpc_statuses = asyncio.run(_slow_grpc_calls(app.port, app.user_token, count // 4, limit))
     statuses = [probes.status_of(a.received) for a in results]
     answered_408 = sum(status == 408 for status in statuses)
     seen = sorted({str(s) for s in statuses})
+    ended = sum(status == "4" for status in grpc_statuses)
+    grpc_seen = sorted({str(s) for s in grpc_statuses})
     return [
         *_legit_figures(name, served["HTTP/1.1 requests"], "HTTP/1.1 requests"),
         equals(name, "slow bodies answered 408", answered_408, count, note=f"answers seen: {', '.join(seen)}"),
         *_closed_figures(name, results, timeout),
+        equals(
+            name,
+            "slow gRPC messages ended DEADLINE_EXCEEDED",
+            ended,
+            len(grpc_statuses),
+            note=f"grpc-status seen within {limit:g} s: {', '.join(grpc_seen)}",
+        ),
     ]
+
+
+async def _slow_grpc_calls(port: int, token: str, count: int, limit: float) -> list[str | None]:
+    return list(await asyncio.gather(*(_slow_grpc_call(port, token, limit) for _ in range(count))))
+
+
+async def _slow_grpc_call(port: int, token: str, limit: float) -> str | None:
+    """A ListDocuments call that announces a 1000-byte message and sends one byte of it every 0.2 s: the
+    grpc-status the server ends it with (``None``: not ended within ``limit``)."""
+    from hpack import Decoder
+
+    connection = await probes.H2Connection.open(port)
+    decoder = Decoder()
+
+    async def drip() -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while True:
+                await asyncio.sleep(0.2)
+                await connection.send(probes.frame(probes.DATA, 0, 1, b"\x00"))
+
+    headers = probes.frame(probes.HEADERS, probes.END_HEADERS, 1, probes.grpc_request_headers(port, token))
+    await connection.send(headers + probes.frame(probes.DATA, 0, 1, b"\x00" + (1000).to_bytes(4, "big")))
+    dripper = asyncio.create_task(drip())
+    try:
+        async with asyncio.timeout(limit):
+            while True:
+                kind, _flags, stream, payload = await probes.read_frame(connection.reader)
+                if kind == probes.HEADERS and stream == 1:
+                    fields = {str(name): str(value) for name, value in decoder.decode(payload)}
+                    if "grpc-status" in fields:
+                        return fields["grpc-status"]
+    except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
+        return None
+    finally:
+        dripper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await dripper
+        await connection.close()
 
 
 def oversized_headers(ctx: Context) -> list[Figure]:

@@ -326,6 +326,7 @@ class BastionApp:
         guard = GrpcGuard(
             steps=grpc_steps(self.steps),
             max_message_size=settings.grpc.max_message_size,
+            message_timeout_secs=settings.middleware.timeout_secs,
             extractors=self.parts.grpc_extractors,
             metrics=self.metrics,
             tracer=self.tracer,

@@ -16,7 +16,7 @@ from grpclib.reflection.v1 import reflection_pb2
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.errors import ErrorCodes
-from h2.events import RemoteSettingsChanged
+from h2.events import RemoteSettingsChanged, ResponseReceived, TrailersReceived
 
 from bastion.grpc._server import RESET_BURST
 from bastion.testing import TokenMinter
@@ -336,6 +336,37 @@ def test_a_rapid_reset_burst_is_a_goaway_enhance_your_calm(
         )
         == 1
     )
+
+
+def test_a_request_message_sent_too_slowly_ends_the_call_deadline_exceeded(
+    bastion_process: Callable[..., BastionProcess], key_env: dict[str, str], minter: TokenMinter
+) -> None:
+    """The gRPC form of a slow HTTP body: a unary call's message not all there within middleware.timeout_secs."""
+    process = bastion_process(*EXAMPLE, env={**key_env, "SERVICE_MIDDLEWARE_TIMEOUT_SECS": "1"})
+    target = Target(process, process.port)
+    sock, client = _handshaken(target.grpc_address)
+    with sock:
+        headers = [*_request_headers(target), ("authorization", auth(minter)[0][1])]
+        client.send_headers(1, headers)
+        client.send_data(1, b"\x00\x00\x00\x00\x10")  # a 16-byte message is announced; none of it follows
+        sock.sendall(client.data_to_send())
+        trailers: dict[str, str] = {}
+        while not trailers:
+            chunk = sock.recv(65536)
+            assert chunk, "closed without ending the call"
+            for event in client.receive_data(chunk):
+                if isinstance(event, TrailersReceived):
+                    trailers = dict(event.headers)
+                elif isinstance(event, ResponseReceived) and dict(event.headers).get("grpc-status"):
+                    trailers = dict(event.headers)  # a trailers-only answer
+            sock.sendall(client.data_to_send())
+    assert (trailers["grpc-status"], trailers["grpc-message"]) == ("4", "Request message not received within 1s")
+    # the connection and the service go on
+    with grpc.insecure_channel(target.grpc_address) as chan:
+        reply = pb_grpc.DocumentServiceStub(chan).ListDocuments(
+            pb.ListDocumentsRequest(limit=1), metadata=auth(minter), timeout=10
+        )
+    assert len(reply.items) == 1
 
 
 def test_http2_is_refused_where_grpc_is_disabled(

@@ -28,7 +28,10 @@ from bastion._pipeline import Step
 from bastion.errors import BastionError, TokenError
 from bastion.middleware._request_id import new_request_id, sane_request_id
 from bastion.types import SCOPE_GRPC_RESOURCE, SCOPE_REQUEST_ID, Scope
+from bastion_core import running_loop
 
+DEFAULT_MESSAGE_TIMEOUT_SECS = 30.0
+"""``middleware.timeout_secs``'s default: how long a unary or server-streaming call's request message may take."""
 EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.")
 # The steps from the policy on wait for the request message when the method has a resource extractor.
 _DEFERRABLE = frozenset({Slot.POLICY, Slot.RESILIENCE})
@@ -106,6 +109,21 @@ def _initial_metadata_with_id(stream: Any, request_id: str) -> Callable[..., Awa
     return send_initial_metadata
 
 
+class _Late:
+    """The deadline of one request message: cancels the reading task once (see ``GrpcGuard._bounded_recv``)."""
+
+    __slots__ = ("cancelling", "expired", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.cancelling = task.cancelling()
+        self.expired = False
+
+    def expire(self) -> None:
+        self.expired = True
+        self.task.cancel()
+
+
 def _status_name(exc: BaseException) -> str:
     """The gRPC status a handler's exception ends its call with."""
     if isinstance(exc, GRPCError):
@@ -137,6 +155,7 @@ class GrpcGuard:
         *,
         steps: Sequence[Step],
         max_message_size: int,
+        message_timeout_secs: float = DEFAULT_MESSAGE_TIMEOUT_SECS,
         extractors: Mapping[str, GrpcExtractor] | None = None,
         metrics: Metrics = NO_METRICS,
         tracer: tracing.Tracer | None = None,
@@ -147,6 +166,7 @@ class GrpcGuard:
         deferrable = [index for index, step in enumerate(self.steps) if step.slot in _DEFERRABLE]
         self.defer_from = deferrable[0] if deferrable else len(self.steps)
         self.max_message_size = max_message_size
+        self.message_timeout_secs = message_timeout_secs
         self.extractors = dict(extractors or {})
         self.draining = False
         self.active = 0
@@ -274,10 +294,42 @@ class GrpcGuard:
         return guarded
 
     def _bounded_recv(self, stream: Any) -> Callable[[], Awaitable[Any]]:
-        """grpclib's recv_message with a size check on the 5-byte prefix, before the message is read."""
+        """grpclib's recv_message with a size check on the 5-byte prefix, before the message is read, and for a
+        call whose client sends one message (unary, server-streaming) a deadline for that message to arrive:
+        ``message_timeout_secs`` (``middleware.timeout_secs``, as an HTTP body), then DEADLINE_EXCEEDED. A
+        client-streaming call may wait between messages as long as its client likes (its own deadline rules)."""
         limit = self.max_message_size
+        timeout = None if stream._cardinality.client_streaming else self.message_timeout_secs
 
         async def recv_message() -> Any:
+            if timeout is None:
+                data = await read()
+            else:
+                loop = running_loop()
+                task = asyncio.current_task(loop)
+                assert task is not None
+                late = _Late(task)
+                timer = loop.call_at(loop.time() + timeout, late.expire)
+                try:
+                    data = await read()
+                except asyncio.CancelledError:
+                    if not late.expired or task.uncancel() > late.cancelling:
+                        raise
+                    raise GRPCError(
+                        Status.DEADLINE_EXCEEDED, f"Request message not received within {timeout:g}s"
+                    ) from None
+                finally:
+                    timer.cancel()
+            if data is None:
+                return None
+            message = stream._codec.decode(data, stream._recv_type)
+            (message,) = await stream._dispatch.recv_message(message)
+            stream._messages_received += 1
+            stream._stream.connection.messages_received += 1
+            stream._stream.connection.last_message_received = time.monotonic()
+            return message
+
+        async def read() -> bytes | None:
             meta = await stream._stream.recv_data(5)
             if not meta:
                 return None
@@ -286,13 +338,8 @@ class GrpcGuard:
             (length,) = struct.unpack(">I", meta[1:])
             if length > limit:
                 raise GRPCError(Status.RESOURCE_EXHAUSTED, f"Message of {length} bytes exceeds the limit of {limit}")
-            data = await stream._stream.recv_data(length)
-            message = stream._codec.decode(data, stream._recv_type)
-            (message,) = await stream._dispatch.recv_message(message)
-            stream._messages_received += 1
-            stream._stream.connection.messages_received += 1
-            stream._stream.connection.last_message_received = time.monotonic()
-            return message
+            data: bytes = await stream._stream.recv_data(length)
+            return data
 
         return recv_message
 
