@@ -1,8 +1,9 @@
 """Policies validated against a service's schema with Cedar's validator (strict mode), errors told by ``@id``.
 
 Cedar finds a misspelled attribute (``principal.role``), an action no route makes (``Action::"GET
-/api/v2/nope"``), an unguarded optional attribute or a type error before any request does. Its messages name
-policies ``policy0``, ``policy1``, ...; each problem here names the statement, its line and its ``@id``.
+/api/v2/nope"``) or a type error before any request does (a claim read without ``has`` is only a warning: see
+``_claim_may_be_absent``). Its messages name policies ``policy0``, ``policy1``, ...; each problem here names the
+statement, its line and its ``@id``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def check_policies(schema: PolicySchema, policies: LoadedPolicies) -> None:
     if errors:
         raise PolicyValidationError(policies.origin, tuple(errors))
     if warnings:
-        log.warning("policy_actions_without_route", policies=policies.origin, warnings=warnings)
+        log.warning("policy_validation_warnings", policies=policies.origin, warnings=warnings)
 
 
 def validate(schema: PolicySchema, policies: LoadedPolicies) -> tuple[list[str], list[str]]:
@@ -87,12 +88,23 @@ def validate(schema: PolicySchema, policies: LoadedPolicies) -> tuple[list[str],
         for policy_id, message in _group_errors(policies.document, texts, shape, applicable, declared, subset):
             found.setdefault(policy_id, set()).add(message)
     order = list(scopes)
-    errors = [
-        f"{policies.label(policy_id) if policy_id else 'policies'}: {message}"
-        for policy_id in sorted(found, key=lambda policy_id: order.index(policy_id) if policy_id in order else -1)
-        for message in _tidy(found[policy_id])
-    ]
+    errors: list[str] = []
+    for policy_id in sorted(found, key=lambda policy_id: order.index(policy_id) if policy_id in order else -1):
+        for message in _tidy(found[policy_id]):
+            line = f"{policies.label(policy_id) if policy_id else 'policies'}: {message}"
+            (warnings if _claim_may_be_absent(message) else errors).append(line)
     return errors, warnings
+
+
+def _claim_may_be_absent(message: str) -> bool:
+    """A read of a claim a token may lack (``principal.sub`` without ``principal has sub``, as the spec's
+    ownership example is written): a warning, not an error. Such a read was always allowed: a caller without
+    the claim makes the evaluation fail, and a failure denies (``POLICY_ERROR``). A misspelled or unknown
+    attribute stays an error."""
+    if _OPTIONAL_ACCESS in message and f"on entity type `{PRINCIPAL_TYPE}`" in message:
+        return True
+    match = _NOT_FOUND.search(message)
+    return match is not None and match.group(2) == ANONYMOUS_TYPE and match.group(1) in USER_ATTRIBUTES
 
 
 def _group_errors(
@@ -179,6 +191,9 @@ def _resource_reads(document: Mapping[str, Any], policy_ids: Iterable[str]) -> s
     for policy_id in policy_ids:
         walk(policies[policy_id].get("conditions", []))
     return found
+
+
+_OPTIONAL_ACCESS = "unable to guarantee safety of access to optional attribute"
 
 
 def _suggestion(message: str, resource: Iterable[str]) -> str:

@@ -77,16 +77,18 @@ class TestErrors:
             [],
         )
 
-    def test_unguarded_optional_claim(self, schema: PolicySchema) -> None:
+    def test_an_unguarded_claim_is_a_warning_as_the_spec_writes_it(self, schema: PolicySchema) -> None:
+        """The spec's ownership pattern reads ``principal.sub`` without ``has``: it must still start (a caller
+        without the claim fails the evaluation, and a failure denies), with a warning that says so."""
         text = 'permit(principal, action, resource) when { principal.sub == "alice" };'
         assert problems(schema, text) == (
+            [],
             [
                 "statement 1 (line 1): unable to guarantee safety of access to optional attribute `sub` on entity "
                 "type `User`",
                 "statement 1 (line 1): attribute `sub` on entity type `Anonymous` not found (a caller without a "
                 "token has no sub: test `principal has sub` first)",
             ],
-            [],
         )
 
     def test_misspelled_context_attribute(self, schema: PolicySchema) -> None:
@@ -129,7 +131,7 @@ class TestOpenActions:
         )
         with capture_logs() as logs:
             check_policies(schema, parse_policies(text, origin="p.cedar"))
-        assert [(entry["event"], entry["log_level"]) for entry in logs] == [("policy_actions_without_route", "warning")]
+        assert [(entry["event"], entry["log_level"]) for entry in logs] == [("policy_validation_warnings", "warning")]
 
     def test_an_extractor_for_an_action_declares_it(self) -> None:
         service = Service("gateway")
@@ -141,3 +143,21 @@ class TestOpenActions:
             "principal.sub == resource.owner_id };"
         )
         assert problems(schema_of(service), text) == ([], [])
+
+
+def test_the_specs_policy_shapes_start_as_a_user_copies_them() -> None:
+    """service-framework.md, Authorization 3-4, written against the example's routes: no error (the unguarded
+    ``principal.sub`` of the ownership permit is a warning)."""
+    from examples.documents_api import service
+
+    text = """
+permit(principal, action, resource) when { principal.roles.contains("admin") };
+permit(principal, action in [Action::"GET /api/v1/documents", Action::"GET /api/v2/documents"], resource);
+permit(principal, action == Action::"GET /api/v2/documents/{user_id}/{doc_id}", resource)
+when { principal.sub == resource.owner_id };
+forbid(principal, action == Action::"GET /api/v2/admin/users", resource)
+unless { principal.roles.contains("admin") };
+"""
+    errors, warnings = problems(schema_of(service), text)
+    assert errors == []
+    assert [line.split(":", 1)[0] for line in warnings] == ["statement 3 (line 4)", "statement 3 (line 4)"]
