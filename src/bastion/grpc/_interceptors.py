@@ -26,6 +26,7 @@ from bastion._metrics import NO_METRICS, Metrics
 from bastion._parts import GrpcExtractor, GrpcFinish, Slot
 from bastion._pipeline import Step
 from bastion.errors import BastionError, TokenError
+from bastion.middleware._limits import TaskDeadline
 from bastion.middleware._request_id import new_request_id, sane_request_id
 from bastion.types import SCOPE_GRPC_RESOURCE, SCOPE_REQUEST_ID, Scope
 from bastion_core import running_loop
@@ -107,21 +108,6 @@ def _initial_metadata_with_id(stream: Any, request_id: str) -> Callable[..., Awa
         initial_sent_var.set(True)
 
     return send_initial_metadata
-
-
-class _Late:
-    """The deadline of one request message: cancels the reading task once (see ``GrpcGuard._bounded_recv``)."""
-
-    __slots__ = ("cancelling", "expired", "task")
-
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self.task = task
-        self.cancelling = task.cancelling()
-        self.expired = False
-
-    def expire(self) -> None:
-        self.expired = True
-        self.task.cancel()
 
 
 def _status_name(exc: BaseException) -> str:
@@ -308,7 +294,7 @@ class GrpcGuard:
                 loop = running_loop()
                 task = asyncio.current_task(loop)
                 assert task is not None
-                late = _Late(task)
+                late = TaskDeadline(task)
                 timer = loop.call_at(loop.time() + timeout, late.expire)
                 try:
                     data = await read()

@@ -4,6 +4,7 @@ body size (413)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from starlette.exceptions import HTTPException
 
@@ -35,7 +36,7 @@ class TimeoutMiddleware:
         loop = running_loop()
         task = asyncio.current_task(loop)
         assert task is not None
-        deadline = _Deadline(task)
+        deadline = TaskDeadline(task)
         body = _BodyWait(receive, deadline)
         timer = loop.call_at(loop.time() + self.timeout_secs, deadline.expire)
         try:
@@ -66,7 +67,7 @@ class _BodyWait:
 
     __slots__ = ("complete", "deadline", "receive", "waiting")
 
-    def __init__(self, receive: Receive, deadline: _Deadline) -> None:
+    def __init__(self, receive: Receive, deadline: TaskDeadline) -> None:
         self.receive = receive
         self.deadline = deadline
         self.waiting = False
@@ -87,10 +88,14 @@ class _BodyWait:
         return message
 
 
-class _Deadline:
+class TaskDeadline:
+    """A deadline that cancels ``task`` once (``expire``, from a loop timer) and says so (``expired``), keeping
+    the task's cancel count from before, so the catcher can tell its own cancellation from another's (the
+    request timeout here, a gRPC request message's in ``bastion.grpc``)."""
+
     __slots__ = ("cancelling", "expired", "task")
 
-    def __init__(self, task: asyncio.Task[object]) -> None:
+    def __init__(self, task: asyncio.Task[Any]) -> None:
         self.task = task
         self.cancelling = task.cancelling()
         self.expired = False
