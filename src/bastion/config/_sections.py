@@ -82,6 +82,12 @@ class ServiceSettings(_Section):
     header_read_timeout_secs: PositiveDuration = 10.0
     keep_alive_timeout_secs: PositiveDuration = 5.0
     max_connections: Annotated[int, Field(ge=1)] = 1024
+    """Open connections per process and port, HTTP/1.1, WebSocket and HTTP/2 alike, counted from the accept."""
+    max_connections_per_ip: Annotated[int, Field(ge=0)] = 256
+    """Open connections from one client address per process and port; ``0`` turns the cap off (behind a proxy
+    that concentrates clients on its own address, raise it or turn it off)."""
+    max_pipelined_requests: Annotated[int, Field(ge=1, le=1024)] = 32
+    """HTTP/1.1 requests parsed ahead of the one being answered on a connection; past it, reading stops."""
     compiled_handlers: Bool = True
     """Serve the FastAPI routes of the common shapes through a handler compiled at start-up (docs/performance.md);
     ``false`` keeps FastAPI's own handler for every route."""
@@ -560,6 +566,18 @@ class GrpcSettings(_Section):
     use_separate_port: Bool = False
     port: Port = 9090
     max_message_size: PositiveInt = 4 * 1024 * 1024
+    # HTTP/2 limits (docs/grpc.md "Limits"), for every HTTP/2 connection on the main port and on grpc.port. The
+    # flood limits carry Envoy's names and defaults.
+    max_concurrent_streams: Annotated[int, Field(ge=1, le=10_000)] = 100
+    idle_timeout_secs: PositiveDuration = 60.0
+    keepalive_interval_secs: Duration = 0.0
+    keepalive_timeout_secs: PositiveDuration = 20.0
+    max_outbound_frames: Annotated[int, Field(ge=1)] = 10_000
+    max_outbound_control_frames: Annotated[int, Field(ge=1)] = 1_000
+    max_inbound_control_frames_per_sec: Annotated[float, Field(gt=0)] = 100.0
+    max_consecutive_inbound_frames_with_empty_payload: Annotated[int, Field(ge=0)] = 1
+    max_inbound_priority_frames_per_stream: Annotated[int, Field(ge=0)] = 100
+    max_inbound_window_update_frames_per_data_frame_sent: Annotated[int, Field(ge=1)] = 10
 
 
 class Settings(_Section):
