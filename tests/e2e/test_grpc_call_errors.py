@@ -141,7 +141,7 @@ def test_a_deadline_that_passes_during_the_call_is_one_info_line(
 
 @pytest.mark.skipif(
     "CallHandler" not in inspect.getsource(bastion.grpc._server),
-    reason="bastion.grpc._server does not start calls with bastion.grpc._interceptors.CallHandler yet",
+    reason="bastion.grpc._server does not start calls with bastion.grpc._deadlines.CallHandler yet",
 )
 @pytest.mark.parametrize("timeout", ["1n", "0S"])
 def test_a_deadline_already_passed_on_arrival_is_deadline_exceeded_not_a_traceback(

@@ -17,8 +17,6 @@ import structlog
 from grpclib.const import Status
 from grpclib.events import RecvRequest, SendTrailingMetadata
 from grpclib.exceptions import GRPCError
-from grpclib.metadata import decode_timeout
-from grpclib.server import Handler
 
 from bastion import _tracing as tracing
 from bastion._client_ip import parse_ip
@@ -35,8 +33,6 @@ from bastion_core import running_loop
 DEFAULT_MESSAGE_TIMEOUT_SECS = 30.0
 """``middleware.timeout_secs``'s default: how long a unary or server-streaming call's request message may take."""
 _TRUNCATED = "Request message truncated: the call ended inside it"
-MIN_DEADLINE = "1m"
-"""The shortest ``grpc-timeout`` a call starts with (1 ms); see :class:`CallHandler`."""
 EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.")
 # The steps from the policy on wait for the request message when the method has a resource extractor.
 _DEFERRABLE = frozenset({Slot.POLICY, Slot.RESILIENCE})
@@ -367,32 +363,3 @@ class GrpcGuard:
                 span.set_status(tracing.ERROR)
             span.end()
             tracing.deactivate(token)
-
-
-class CallHandler(Handler):
-    """grpclib's handler of one connection's calls, starting a call whose deadline has already passed.
-
-    grpclib cannot: a ``grpc-timeout`` that has run out by the time the call starts (``1n``, or a client that
-    sends its call too late) makes it raise before the handler, log an error with a traceback and answer
-    UNKNOWN. Such a call starts with :data:`MIN_DEADLINE` left instead, and grpclib's own deadline ends it:
-    DEADLINE_EXCEEDED and one info line (``Deadline exceeded``), as for any call whose deadline passes. A
-    ``grpc-timeout`` that does not parse is left to grpclib (it answers it without running the call).
-    """
-
-    def accept(self, stream: Any, headers: list[tuple[str, str]], release_stream: Callable[[], Any]) -> None:
-        super().accept(stream, _with_deadline_floor(headers), release_stream)
-
-
-def _with_deadline_floor(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    for index, (name, value) in enumerate(headers):
-        if name == "grpc-timeout":
-            try:
-                too_short = decode_timeout(value) < _MIN_TIMEOUT_SECS
-            except ValueError:
-                continue
-            if too_short:
-                headers = [*headers[:index], (name, MIN_DEADLINE), *headers[index + 1 :]]
-    return headers
-
-
-_MIN_TIMEOUT_SECS = decode_timeout(MIN_DEADLINE)

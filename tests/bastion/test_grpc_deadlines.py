@@ -12,7 +12,7 @@ from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import ResponseReceived, TrailersReceived
 
-from bastion.grpc._interceptors import MIN_DEADLINE, CallHandler, _with_deadline_floor
+from bastion.grpc._deadlines import MIN_DEADLINE, CallHandler, _with_deadline_floor
 from examples.documents_api.grpc_service import DocumentService
 from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
 from examples.documents_api.store import seeded_store
