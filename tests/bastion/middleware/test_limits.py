@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import Request
+from fastapi import HTTPException, Request
 from pydantic import BaseModel
 
 from bastion import Service
@@ -50,6 +50,13 @@ def service() -> Service:
     @v1.post("/parsed-by-the-handler")
     async def parsed_by_the_handler(request: Request) -> Any:
         return await request.json()
+
+    @v1.get("/number")
+    async def number(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError as exc:
+            raise HTTPException(400, "text is not a number") from exc
 
     return svc
 
@@ -346,3 +353,9 @@ async def test_a_body_that_does_not_decode_is_400_malformed_body(
     )
     assert response.status_code == 400
     assert response.json()["code"] == "MALFORMED_BODY"
+
+
+async def test_a_handlers_own_400_keeps_its_message(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+    """Only FastAPI's body-parsing 400 is read for its cause; a handler's 400 from a ValueError is its own."""
+    response = await asgi_client(service()).get("/api/v1/number", params={"text": "x"})
+    assert response.json() == {"error": "text is not a number", "code": "BAD_REQUEST", "status": 400}
