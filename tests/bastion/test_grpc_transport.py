@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bastion.grpc._server import CoalescingTransport
+from bastion.grpc._protocol import CoalescingTransport
 
 
 class Recording(asyncio.Transport):
@@ -110,10 +110,10 @@ async def test_the_servers_connections_use_it_and_the_answer_encoder() -> None:
 
 
 def test_the_reset_budget_allows_a_burst_then_the_rate() -> None:
-    from bastion.grpc._server import RESET_BURST, RESETS_PER_SEC, ResetBudget
+    from bastion.grpc._limits import RESET_BURST, RESETS_PER_SEC, reset_budget
 
     now = [100.0]
-    budget = ResetBudget(lambda: now[0])
+    budget = reset_budget(lambda: now[0])
     assert all(budget.take() for _ in range(RESET_BURST))
     assert not budget.take()
     now[0] += 10.5 / RESETS_PER_SEC  # time for ten and a half more

@@ -18,7 +18,7 @@ from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from h2.events import RemoteSettingsChanged, ResponseReceived, TrailersReceived
 
-from bastion.grpc._server import RESET_BURST
+from bastion.grpc._limits import RESET_BURST
 from bastion.testing import TokenMinter
 from bastion_core.testing import free_port
 from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
