@@ -24,6 +24,7 @@ from bastion.grpc._frames import InboundFrames, OutboundFrames
 from bastion.grpc._limits import DEFAULT_LIMITS, Http2Limits, Limit, reset_budget
 from bastion_core import running_loop
 
+FLUSH_AT_BYTES = 64 * 1024  # asyncio's default high-water mark of a transport's buffer
 CLOCK_SLACK_SECS = 0.01  # a timer may fire this much before its time (the loop's clock resolution)
 log = structlog.get_logger("bastion.grpc")
 
@@ -38,11 +39,15 @@ class CoalescingTransport(asyncio.Transport):
     (``call_soon``): the same bytes in the same order, a few microseconds later. ``close`` writes what is
     pending first; ``abort`` drops it, as the transport's own ``abort`` drops its buffer.
 
+    Past ``FLUSH_AT_BYTES`` pending, the writes go out at once: the socket's flow control (``pause_writing``,
+    which makes grpclib's streams wait) then stops a handler that answers without ever yielding, instead of
+    a whole round of its output piling up here.
+
     With ``outbound``, every write is counted (:class:`OutboundFrames`) and ``on_limit`` hears of a limit it
     passed.
     """
 
-    __slots__ = ("_lingering", "_loop", "_pending", "on_limit", "outbound", "transport")
+    __slots__ = ("_lingering", "_loop", "_pending", "_pending_bytes", "on_limit", "outbound", "transport")
 
     def __init__(
         self,
@@ -55,6 +60,7 @@ class CoalescingTransport(asyncio.Transport):
         self.transport = transport
         self._loop = loop
         self._pending: list[bytes | bytearray | memoryview] = []
+        self._pending_bytes = 0
         self._lingering = False
         self.outbound = outbound
         self.on_limit = on_limit
@@ -65,13 +71,16 @@ class CoalescingTransport(asyncio.Transport):
         if not self._pending:
             self._loop.call_soon(self.flush)
         self._pending.append(data)
+        self._pending_bytes += len(data)
         if self.outbound is not None:
             limit = self.outbound.written(data)
             if limit is not None and self.on_limit is not None:
                 self.on_limit(limit)
+        if self._pending_bytes >= FLUSH_AT_BYTES:
+            self.flush()
 
     def flush(self) -> None:
-        pending, self._pending = self._pending, []
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
         if pending and not self._lingering and not self.transport.is_closing():
             self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
@@ -91,7 +100,7 @@ class CoalescingTransport(asyncio.Transport):
         self._loop.call_later(2 * LINGER_SECS, self.transport.abort)
 
     def abort(self) -> None:
-        self._pending = []
+        self._pending, self._pending_bytes = [], 0
         self.transport.abort()
 
     def is_closing(self) -> bool:
