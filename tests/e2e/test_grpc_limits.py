@@ -133,16 +133,16 @@ def connect(server: BastionProcess) -> Iterator[Callable[..., RawClient]]:
         client.close()
 
 
-def served(process: BastionProcess, port: int | None = None) -> bool:
-    """HTTP/1.1 and a gRPC call on other connections are answered."""
-    assert httpx.get(process.url + "/health", timeout=WITHIN_SECS).status_code == 200
+def served(process: BastionProcess, port: int | None = None, within: float = WITHIN_SECS) -> bool:
+    """HTTP/1.1 and a gRPC call on other connections are answered (each within ``within`` seconds)."""
+    assert httpx.get(process.url + "/health", timeout=within).status_code == 200
     with grpc.insecure_channel(f"127.0.0.1:{port or process.port}") as channel:
         check = channel.unary_unary(
             HEALTH_CHECK,
             request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
             response_deserializer=health_pb2.HealthCheckResponse.FromString,
         )
-        answer = check(health_pb2.HealthCheckRequest(), timeout=WITHIN_SECS)
+        answer = check(health_pb2.HealthCheckRequest(), timeout=within)
     return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
 
 
@@ -357,7 +357,7 @@ def unlimited_pings(bastion_process: Callable[..., BastionProcess], key_env: dic
 
 def test_a_flooding_connection_does_not_stall_the_others(unlimited_pings: BastionProcess) -> None:
     """While one connection sends PINGs as fast as it can (and reads the ACKs), HTTP/1.1 and gRPC calls on
-    other connections are answered."""
+    other connections are answered: each within 5 s, where a server without turns took 4 to 12 s."""
     stop = threading.Event()
     flooder = RawClient(unlimited_pings.port)
     burst = frame(PING, 0, 0, b"\x00" * 8) * 4000
@@ -377,7 +377,7 @@ def test_a_flooding_connection_does_not_stall_the_others(unlimited_pings: Bastio
     try:
         time.sleep(0.5)  # the flood is under way
         for _ in range(5):
-            assert served(unlimited_pings)
+            assert served(unlimited_pings, within=5.0)
     finally:
         stop.set()
         flooder.sock.shutdown(socket.SHUT_RDWR)
@@ -398,7 +398,9 @@ def test_a_client_that_does_not_read_is_cut_off(
     bastion_process: Callable[..., BastionProcess], key_env: dict[str, str], env: dict[str, str], limit: str
 ) -> None:
     """Answers fill the socket while the client reads nothing; the PING ACKs queued after that are counted."""
-    process = bastion_process(*EXAMPLE, env={**key_env, "SERVICE_GRPC_MAX_INBOUND_CONTROL_FRAMES_PER_SEC": "1e6", **env})
+    process = bastion_process(
+        *EXAMPLE, env={**key_env, "SERVICE_GRPC_MAX_INBOUND_CONTROL_FRAMES_PER_SEC": "1e6", **env}
+    )
     big_window = struct.pack(">HI", 0x4, 2**31 - 1)  # SETTINGS_INITIAL_WINDOW_SIZE
     client = RawClient(process.port, settings=big_window, receive_buffer=4096)
     with contextlib.closing(client):
