@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute
 
 from bastion._api_docs import ApiDocs
 from bastion._claims import current_claims, optional_claims
+from bastion._connections import ConnectionSlots
 from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
 from bastion._metrics import Metrics, serve_metrics
 from bastion._parts import SECURITY_SLOTS, ServiceParts, Slot
@@ -341,6 +342,7 @@ class BastionApp:
             await self.grpc.start(
                 settings.service.host,
                 settings.grpc.port,
+                slots=ConnectionSlots(settings.service.max_connections, settings.service.max_connections_per_ip),
                 preface_timeout_secs=settings.service.header_read_timeout_secs,
             )
         else:

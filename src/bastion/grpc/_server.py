@@ -20,6 +20,7 @@ from h2.exceptions import ProtocolError as H2ProtocolError
 from hpack.exceptions import HPACKError, OversizedHeaderListError
 from hyperframe.frame import GoAwayFrame
 
+from bastion._connections import UNCOUNTED, ConnectionSlots, Slot
 from bastion._listener import SNIFF_TIMEOUT_SECS, answer_and_close
 from bastion.grpc import _hpack
 from bastion.grpc._interceptors import GrpcGuard
@@ -140,6 +141,13 @@ class _H2Protocol(H2Protocol):
     writes coalesced per loop iteration (``CoalescingTransport``), a GOAWAY before the close on a connection
     error (grpclib closed without sending the one h2 prepared) and a bounded stream-reset rate."""
 
+    slot: Slot = UNCOUNTED
+    """The connection's place under the port's connection caps (handed over by the listener), released when lost."""
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.slot.release()
+        super().connection_lost(exc)
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         # Nothing is encoded before the first answer, so the encoder can change here; the client's SETTINGS
@@ -217,15 +225,18 @@ class GrpcServer:
         protocol.__class__ = _H2Protocol  # grpclib builds it with its handler; only connection_made differs
         return protocol
 
-    async def start(self, host: str, port: int, *, preface_timeout_secs: float = SNIFF_TIMEOUT_SECS) -> None:
+    async def start(
+        self, host: str, port: int, *, slots: ConnectionSlots, preface_timeout_secs: float = SNIFF_TIMEOUT_SECS
+    ) -> None:
         """Listen on a port of its own (HTTP/2 only, checked like the main port's sniffer does; a client that
-        has not sent its preface and first frame ``preface_timeout_secs`` after the accept is closed)."""
+        has not sent its preface and first frame ``preface_timeout_secs`` after the accept is closed). ``slots``
+        caps the port's connections (``service.max_connections``, ``service.max_connections_per_ip``)."""
         from bastion._listener import Http2OnlyProtocol
 
         loop = asyncio.get_running_loop()
         timeout = min(preface_timeout_secs, SNIFF_TIMEOUT_SECS)
         self._listener = await loop.create_server(
-            lambda: Http2OnlyProtocol(self.protocol_factory, timeout_secs=timeout), host, port
+            lambda: Http2OnlyProtocol(self.protocol_factory, slots=slots, timeout_secs=timeout), host, port
         )
         log.info("grpc_listening", host=host, port=port)
 
