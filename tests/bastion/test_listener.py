@@ -568,15 +568,15 @@ async def test_parsing_stops_at_max_pipelined_requests_and_resumes_as_the_queue_
 
 
 async def test_the_queue_is_bounded_by_one_slice_of_small_requests(serve: Listener) -> None:
-    """Small requests: a slice holds many; the queue passes the limit by at most one slice's requests."""
+    """Small requests: a slice holds many; the queue passes the limit by at most one read's or slice's requests."""
     release, started = asyncio.Event(), []
     server = await serve(SniffingProtocol, environ=PIPELINE_ENV, service=held_service(release, started))
     reader, writer = await serve.connect(server)
     requests = [b"GET /api/v1/held/%d HTTP/1.1\r\nHost: t\r\n\r\n" % n for n in range(2000)]
     writer.write(b"".join(requests))
     protocol = await held_input(serve)
-    per_slice = server_module.PARSE_SLICE_BYTES // len(requests[0]) + 1
-    assert 4 <= len(protocol.pipeline) <= 4 + per_slice
+    one_read_or_slice = server_module.WHOLE_READ_BYTES // len(requests[0]) + 1
+    assert 4 <= len(protocol.pipeline) <= 4 + one_read_or_slice
     release.set()
     bodies = await read_responses(reader, 2000)
     assert bodies == [b'{"n":%d}' % n for n in range(2000)]

@@ -24,7 +24,7 @@ from bastion._listener._answers import (
 )
 from bastion._listener._config import DEFAULT_LIMITS, ListenerConfig, ListenerLimits
 from bastion._listener._cycle import CoalescingCycle
-from bastion._listener._http11 import PARSE_SLICE_BYTES, BoundedHttpProtocol, ReadGate
+from bastion._listener._http11 import PARSE_SLICE_BYTES, WHOLE_READ_BYTES, BoundedHttpProtocol, ReadGate
 from bastion._listener._sniffer import (
     GOAWAY_PROTOCOL_ERROR,
     H2_PREFACE,
@@ -44,6 +44,7 @@ __all__ = [
     "SNIFF_TIMEOUT_SECS",
     "TOO_MANY_CONNECTIONS_RESPONSE",
     "TOO_MANY_FROM_ADDRESS_RESPONSE",
+    "WHOLE_READ_BYTES",
     "BoundedHttpProtocol",
     "CoalescingCycle",
     "Http2OnlyProtocol",

@@ -30,11 +30,17 @@ REQUEST_LINE_FRAMING = len(b"  HTTP/1.1\r\n") + len(b"\r\n")
 HEADER_LINE_FRAMING = len(b": \r\n")
 # Longer than any method llhttp accepts: below this margin under the limit the method cannot matter.
 METHOD_MARGIN = 32
-PARSE_SLICE_BYTES = 4096
-"""Input beyond this is parsed a slice at a time (plus the rest of a body of known length, which cannot hide a
-request), checking the pipelined-request queue between slices. httptools cannot stop inside a buffer and say
-where: a callback that raises stops the parser, but the position is lost (only an upgrade reports it). So the
-queue can pass ``service.max_pipelined_requests`` by at most the requests of one slice (~160 of the smallest)."""
+PARSE_SLICE_BYTES = 1024
+"""Held input is parsed a slice at a time (plus the rest of a body of known length, which cannot hide a request),
+checking the pipelined-request queue between slices. httptools cannot stop inside a buffer and say where: a
+callback that raises stops the parser, but the position is lost (only an upgrade reports it)."""
+WHOLE_READ_BYTES = 2048
+"""A read this short, with nothing queued, is parsed whole (every ordinary request's path). So the queue can pass
+``service.max_pipelined_requests`` by the requests of one such read or slice: at most 82 of the smallest (25
+bytes)."""
+SINGLE_HEAD_READ_BYTES = 4096
+"""A longer read up to this, with nothing queued and at most one complete head in it (a request with large headers
+or a small body), is parsed whole too: counting its heads costs less than slicing it."""
 NOTED_HEADERS = frozenset({b"host", b"transfer-encoding", b"content-length", b"expect"})
 EMPTY = memoryview(b"")
 
@@ -92,7 +98,7 @@ class BoundedHttpProtocol(_Http11Protocol):
       connection's first request): the connection is closed without a response, like nginx and Go do; a
       ``408`` would race with a client that starts its next request at that moment.
     - Pipelined requests: at most ``max_pipelined_requests`` parsed ahead of the one being answered (plus one
-      slice's worth, see ``PARSE_SLICE_BYTES``); past it, the rest of the input is held unparsed and the
+      read's or slice's worth, see ``WHOLE_READ_BYTES``); past it, the rest of the input is held unparsed and the
       transport stops reading until the queue drains. uvicorn alone parses every read whole and queues all of
       it. Parsing also waits while the request being read has more body than uvicorn's high-water mark.
     - Framing that RFC 9112 forbids and llhttp lets through (``_framing``): ``400`` or ``501`` and close;
@@ -173,10 +179,12 @@ class BoundedHttpProtocol(_Http11Protocol):
             self.held_at = 0
             self._parse_held()
         elif (
-            len(data) <= PARSE_SLICE_BYTES
-            and not self.pipeline
+            not self.pipeline
+            and (
+                len(data) <= WHOLE_READ_BYTES or (len(data) <= SINGLE_HEAD_READ_BYTES and data.count(b"\r\n\r\n") <= 1)
+            )
             and (self.cycle is None or len(self.cycle.body) <= HIGH_WATER_LIMIT)
-        ):  # every request's path: a small read and nothing queued (else _parse_held decides)
+        ):  # every request's path: nothing queued, and a read that cannot queue much (else _parse_held decides)
             self._parse(data)
         else:
             self.held, self.held_at = memoryview(data), 0
