@@ -716,3 +716,17 @@ async def test_an_http2_connection_takes_its_slot_to_the_h2_protocol(serve: List
     assert await exchange(port_of(server), b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\n\r\n") == TOO_MANY_CONNECTIONS
     await close(writer)
     await wait_until(lambda: slots.total == 0)
+
+
+async def test_a_connection_idle_after_a_held_pipeline_is_closed_after_keep_alive_timeout(serve: Listener) -> None:
+    """The queue drains, the held input is parsed and answered; then the idle connection is closed by the
+    keep-alive timeout like any other."""
+    release, started = asyncio.Event(), []
+    release.set()
+    environ = {**PIPELINE_ENV, "SERVICE_KEEP_ALIVE_TIMEOUT_SECS": "1"}
+    server = await serve(SniffingProtocol, environ=environ, service=held_service(release, started))
+    reader, writer = await serve.connect(server)
+    size = server_module.PARSE_SLICE_BYTES
+    writer.write(b"".join(head_of_size(size, path=b"/api/v1/held/%d" % n) for n in range(20)))
+    assert await read_responses(reader, 20) == [b'{"n":%d}' % n for n in range(20)]
+    assert await read_to_eof(reader) == b""
