@@ -24,7 +24,8 @@ from bastion._listener._answers import (
 )
 from bastion._listener._config import DEFAULT_LIMITS, ListenerConfig, ListenerLimits
 from bastion._listener._cycle import CoalescingCycle
-from bastion._listener._http11 import PARSE_SLICE_BYTES, WHOLE_READ_BYTES, BoundedHttpProtocol, ReadGate
+from bastion._listener._flow import ReadGate
+from bastion._listener._http11 import PARSE_SLICE_BYTES, WHOLE_READ_BYTES, BoundedHttpProtocol
 from bastion._listener._sniffer import (
     GOAWAY_PROTOCOL_ERROR,
     H2_PREFACE,

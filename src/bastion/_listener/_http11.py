@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import httptools
 import structlog
 from uvicorn.config import Config
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Http11Protocol
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 from uvicorn.server import ServerState
@@ -18,6 +17,7 @@ from bastion._connections import UNCOUNTED, Slot
 from bastion._listener._answers import HEADERS_TOO_LARGE_RESPONSE, answer_and_close, raw_response
 from bastion._listener._config import limits_of
 from bastion._listener._cycle import CoalescingCycle
+from bastion._listener._flow import ReadGate
 from bastion._listener._framing import framing_error
 from bastion._listener._websocket import WebSocketProtocol
 from bastion.errors import BadRequest, BastionError, HeadersTooLarge
@@ -43,48 +43,6 @@ SINGLE_HEAD_READ_BYTES = 4096
 or a small body), is parsed whole too: counting its heads costs less than slicing it."""
 NOTED_HEADERS = frozenset({b"host", b"transfer-encoding", b"content-length", b"expect"})
 EMPTY = memoryview(b"")
-
-
-class ReadGate(FlowControl):
-    """uvicorn's flow control for one connection, with a second reason not to read: bytes received but held
-    unparsed (``hold``).
-
-    uvicorn pauses reading while a request is queued or a body is over its high-water mark, and resumes it when
-    a response completes or the app waits for body. The transport reads only while neither pauses it. A resume
-    while bytes are held calls ``on_resume`` instead, which parses them first (the transport stays paused).
-    """
-
-    def __init__(self, transport: asyncio.Transport, on_resume: Callable[[], None]) -> None:
-        super().__init__(transport)
-        self.reader = transport
-        self.on_resume = on_resume
-        self.held = False
-
-    def pause_reading(self) -> None:
-        if not self.read_paused:
-            self.read_paused = True
-            if not self.held:
-                self.reader.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self.held:
-            self.read_paused = False
-            self.on_resume()
-        elif self.read_paused:
-            self.read_paused = False
-            self.reader.resume_reading()
-
-    def hold(self) -> None:
-        if not self.held:
-            self.held = True
-            if not self.read_paused:
-                self.reader.pause_reading()
-
-    def release(self) -> None:
-        if self.held:
-            self.held = False
-            if not self.read_paused and not self.reader.is_closing():
-                self.reader.resume_reading()
 
 
 class BoundedHttpProtocol(_Http11Protocol):
