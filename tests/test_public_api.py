@@ -114,6 +114,7 @@ EXPECTED = {
         "TokenError",
         "TokenExpired",
         "TokenRevoked",
+        "TransferCodingNotImplemented",
         "Unavailable",
         "UnsupportedMediaType",
         "ValidationFailed",

@@ -1,7 +1,16 @@
-"""grpclib internals Bastion's gRPC call layer relies on (grpclib is pinned; verified on grpclib 0.4.9).
+"""grpclib internals Bastion relies on (grpclib is pinned; verified on grpclib 0.4.9).
 
-Reading a request message (``bastion.grpc._interceptors`` reads it itself, to check its length prefix before the
-message is read and to tell a broken message from a handler's fault):
+The server (``bastion.grpc._server``):
+
+- ``grpclib.protocol.Connection._connection``: the connection's ``h2.connection.H2Connection`` (its public
+  API then: the HPACK encoder and decoder, settings, open streams, ``ping``).
+- ``grpclib.protocol.Connection._transport``: the transport frames are written to; streams take it when they
+  open, so replacing it right after ``connection_made`` routes every later frame through the replacement.
+- ``grpclib.server.Server._protocol_factory``: builds the HTTP/2 protocol of one connection (with its handler).
+- ``grpclib.server.Server._handlers``: the live connections' handlers (closed and awaited at shutdown).
+
+The call layer (``bastion.grpc._interceptors``) reads a request message itself, to check its length prefix before
+the message is read and to tell a broken message from a handler's fault:
 
 - ``grpclib.server.Stream._stream``: the call's HTTP/2 stream; its ``recv_data(n)`` returns exactly ``n`` bytes,
   ``b""`` when the client ended the stream without sending any, and raises ``AssertionError`` when the client
@@ -12,7 +21,7 @@ message is read and to tell a broken message from a handler's fault):
   ``last_message_received``: what ``Stream.recv_message`` does with a decoded message (the ``RecvMessage``
   event, the statistics).
 
-Sending the initial metadata with the call's request id last (what ``Stream.send_initial_metadata`` does):
+It sends the initial metadata with the call's request id last (what ``Stream.send_initial_metadata`` does):
 ``Stream._send_initial_metadata_done``, ``Stream._content_type``, ``Stream._dispatch.send_initial_metadata`` and
 the HTTP/2 stream's ``send_headers``.
 
@@ -21,14 +30,37 @@ the HTTP/2 stream's ``send_headers``.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from grpclib.exceptions import ProtocolError
 from grpclib.metadata import encode_metadata
-from grpclib.server import Stream
+from grpclib.protocol import Connection, H2Protocol
+from grpclib.server import Server, Stream
+from h2.connection import H2Connection
 from multidict import MultiDict
+
+
+def h2_connection(connection: Connection) -> H2Connection:
+    """The h2 state machine behind a grpclib connection."""
+    return connection._connection
+
+
+def replace_transport(connection: Connection, transport: asyncio.Transport) -> None:
+    """Make ``transport`` the one a grpclib connection (and the streams it opens later) writes to."""
+    connection._transport = transport
+
+
+def new_protocol(server: Server) -> H2Protocol:
+    """The HTTP/2 protocol grpclib builds for one connection of ``server``."""
+    return server._protocol_factory()
+
+
+def handlers(server: Server) -> Collection[Any]:
+    """The handlers of ``server``'s live connections (``close()`` and ``await wait_closed()`` each)."""
+    return server._handlers
 
 
 class StreamEnded(Exception):
