@@ -1,4 +1,4 @@
-"""Microbenchmark: Cedar decision cost through PolicyAuthorizer, uncached and cached.
+"""Microbenchmark: Cedar decision cost through PolicyGuard, uncached and cached.
 
 Run: .venv/bin/python bench/policy_micro.py  (numbers go in the closing note / docs, never in tests)
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from bastion._audit import Auditor
 from bastion._claims import claims_from_payload
 from bastion.config import AuditSettings, PolicySettings
-from bastion.policy._authorizer import PolicyAuthorizer
+from bastion.policy._capability import PolicyGuard
 from bastion.routing._resolve import ResolvedRoute, RouteEntry
 from bastion.types import SCOPE_CLAIMS, SCOPE_REQUEST_ID, SCOPE_ROUTE
 
@@ -46,14 +46,14 @@ def scope() -> dict[str, object]:
 async def measure(cache_enabled: bool) -> list[float]:
     settings = PolicySettings(enabled=True, policy_path=str(POLICIES), cache_enabled=cache_enabled)
     owner = {"/api/v2/documents/{user_id}/{doc_id}": lambda scope, params: {"owner_id": params["user_id"]}}
-    authorizer = PolicyAuthorizer(settings, auditor=Auditor(AuditSettings()), extractors=owner)
+    authorizer = PolicyGuard(settings, auditor=Auditor(AuditSettings()), extractors=owner)
     request = scope()
-    await authorizer.authorize(request)
+    await authorizer.check(request)
     results = []
     for _ in range(ROUNDS):
         start = time.perf_counter()
         for _ in range(PER_ROUND):
-            await authorizer.authorize(request)
+            await authorizer.check(request)
         results.append((time.perf_counter() - start) / PER_ROUND * 1e6)
     return results
 

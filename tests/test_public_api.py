@@ -19,6 +19,8 @@ EXPECTED = {
         "Claims",
         "ConfigError",
         "Deprecation",
+        "Exemptions",
+        "Guard",
         "MemoryCacheStore",
         "NotFound",
         "PolicyDenied",

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from bastion._app import BastionApp
     from bastion._cache_store import CacheStore, MemoryCacheStore, RedisCacheStore
     from bastion._claims import Claims, current_claims, optional_claims
+    from bastion._guard import Exemptions, Guard
     from bastion._health import ReadinessCheck
     from bastion._parts import Slot
     from bastion._service import Service
@@ -36,6 +37,8 @@ _LAZY = {
     "CacheStore": "bastion._cache_store",
     "Claims": "bastion._claims",
     "Deprecation": "bastion.routing",
+    "Exemptions": "bastion._guard",
+    "Guard": "bastion._guard",
     "MemoryCacheStore": "bastion._cache_store",
     "ReadinessCheck": "bastion._health",
     "RedisCacheStore": "bastion._cache_store",
@@ -57,6 +60,8 @@ __all__ = [
     "Claims",
     "ConfigError",
     "Deprecation",
+    "Exemptions",
+    "Guard",
     "MemoryCacheStore",
     "NotFound",
     "PolicyDenied",

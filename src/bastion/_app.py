@@ -28,6 +28,7 @@ from bastion._parts import SECURITY_SLOTS, ServiceParts, Slot
 from bastion._pipeline import Step, assemble, grpc_steps, pipeline
 from bastion._security import Posture, Security
 from bastion._tracing import Tracing
+from bastion.auth._formats import token_format
 from bastion.auth._routes import revoke_token_route
 from bastion.broker._audit_sink import BrokerAuditSink
 from bastion.broker._broker import Broker
@@ -41,7 +42,7 @@ from bastion.policy._normalize import default_normalizer
 from bastion.policy._routes import reload_policy_route
 from bastion.policy._schema import PolicySchema, service_schema
 from bastion.policy._validation import check_policies
-from bastion.resilience._layer import layers_from
+from bastion.resilience._capability import layers_from
 from bastion.routing._fallback import Dispatcher
 from bastion.routing._openapi import Gates
 from bastion.routing._resolve import RouteEntry, RouteTable
@@ -75,7 +76,12 @@ class BastionApp:
         self.metrics.traced = self.tracer is not None  # the steps' outcomes also go on the request's span
         # Token auth, policy, rate limiting: built and checked the way `bastion check-config` checks them.
         self.security = Security.from_settings(
-            settings, realm=self.name, normalizer=parts.normalizer, extractors=parts.extractors, metrics=self.metrics
+            settings,
+            realm=self.name,
+            normalizer=parts.normalizer,
+            extractors=parts.extractors,
+            metrics=self.metrics,
+            limiter_follows_token_auth=not parts.slots.get(Slot.TOKEN_AUTH),
         )
         self.cache_store = self.security.cache_store
         self.revocations = self.security.revocations
@@ -83,16 +89,6 @@ class BastionApp:
         self.policy = self.security.policy
         self.token_auth = self.security.token_auth
         self.rate_limiting = self.security.rate_limiting
-        if (
-            self.token_auth is not None
-            and self.token_auth.revocations is not None
-            and self.rate_limiting is not None
-            and self.rate_limiting.checks_revocation
-            and not parts.slots.get(Slot.TOKEN_AUTH)
-        ):
-            # Token auth is followed directly by the distributed limiter: the revocation check rides in the
-            # limiter's round trip (one script instead of two commands per request).
-            self.token_auth.defer_revocation = True
         self.resilience = layers_from(parts.resilience, settings.middleware.resilience, metrics=self.metrics)
         self._check_grpc_layers()
         self._watcher: asyncio.Task[None] | None = None
@@ -305,7 +301,7 @@ class BastionApp:
         guards = [layer for layer in self.resilience if layer.spec.version in (None, number)]
         return Gates(
             needs_token=self.token_auth.rules.requires_token if self.token_auth is not None else None,
-            bearer_format="PASETO" if token.format == "paseto" else "JWT",
+            bearer_format=token_format(token.format).bearer_format,
             policy=self.policy is not None or bool(slots.get(Slot.POLICY)),
             rate_limited=self.rate_limiting is not None or bool(slots.get(Slot.RATE_LIMIT)),
             # The layer's own rule for a request, asked about the template.

@@ -228,7 +228,7 @@ def _policy_schema(args: argparse.Namespace) -> int:
 
 
 def _policy_eval(args: argparse.Namespace) -> int:
-    from bastion.policy._authorizer import PRINCIPAL_TYPE, RESOURCE_TYPE, action_context
+    from bastion.policy._capability import PRINCIPAL_TYPE, RESOURCE_TYPE, action_context
     from bastion.policy._engine import evaluate, load_policies
 
     loaded = load_policies(args.file)

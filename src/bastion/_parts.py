@@ -12,20 +12,21 @@ from typing import Any
 
 from starlette.routing import BaseRoute
 
+from bastion._guard import Guard, Outcome, grpc_check, guard_layer, skipping_built_in
 from bastion._health import ReadinessCheck
 from bastion.broker._specs import BrokerPlan
 from bastion.policy import Normalizer, ResourceExtractor
-from bastion.resilience._layer import ResilienceSpec
+from bastion.resilience._capability import ResilienceSpec
 from bastion.routing import VersionedApi
 from bastion.types import ASGIApp, Scope
 
 Layer = Callable[[ASGIApp], ASGIApp]
 """``app -> app``: an ASGI middleware factory (``functools.partial(SomeMiddleware, option=...)``)."""
 Hook = Callable[[], Awaitable[None]]
-GrpcFinish = Callable[[str | None], Awaitable[None]]
+GrpcFinish = Outcome
 """Called when a gRPC call is over with its status name (``"OK"``, ``"INTERNAL"``, ...), or ``None`` when its
 outcome says nothing about the service: its handler never ran (a later step refused the call), or the client
-cancelled it, let its deadline pass or sent a broken request message."""
+cancelled it, let its deadline pass or sent a broken request message (:data:`bastion._guard.Outcome`)."""
 GrpcHook = Callable[[Scope], Awaitable[GrpcFinish | None]]
 """``async hook(scope)`` run for every gRPC call at a layer's position; it rejects by raising a BastionError and
 may return a function to be called with the call's outcome (:data:`GrpcFinish`).
@@ -56,6 +57,16 @@ class SlotUse:
 
     layer: Layer
     grpc: GrpcHook | None = None
+
+    @classmethod
+    def of(cls, layer: Layer | Guard, grpc: GrpcHook | None = None) -> SlotUse:
+        """A guard's layer and gRPC check (its exemptions applied to both), or a plain layer and hook (the hook
+        is not run for gRPC health and reflection, as no built-in check is)."""
+        if isinstance(layer, Guard):
+            if grpc is not None:
+                raise TypeError("service.use(slot, guard): a guard checks gRPC calls itself; pass no grpc= hook")
+            return cls(guard_layer(layer), grpc_check(layer))
+        return cls(layer, None if grpc is None else skipping_built_in(grpc))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

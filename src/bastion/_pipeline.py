@@ -32,10 +32,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
 
+from bastion._guard import Guard, grpc_check, guard_layer
 from bastion._metrics import Metrics
-from bastion._parts import GrpcFinish, GrpcHook, Layer, Slot, SlotUse
+from bastion._parts import GrpcHook, Layer, Slot, SlotUse
 from bastion._tracing import Tracer
 from bastion.config import Settings
 from bastion.middleware._compression import CompressionMiddleware
@@ -48,16 +48,7 @@ from bastion.routing._deprecation_middleware import DeprecationMiddleware
 from bastion.routing._paths import PathNormalizationMiddleware
 from bastion.routing._resolve import RouteResolutionMiddleware, RouteTable
 from bastion.routing._versioned import VersionedApi
-from bastion.types import ASGIApp, Scope
-
-
-class Capability(Protocol):
-    """A built-in capability: its HTTP/WebSocket layer and the same check for one gRPC call (which may return a
-    function to be told the call's outcome)."""
-
-    def layer(self, app: ASGIApp) -> ASGIApp: ...
-
-    async def check_call(self, scope: Scope) -> GrpcFinish | None: ...
+from bastion.types import ASGIApp
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +61,18 @@ class Step:
     grpc: GrpcHook | None = None
     slot: Slot | None = None
 
+    @classmethod
+    def guarding(cls, name: str, guard: Guard, slot: Slot) -> Step:
+        """The step of a guard: its HTTP/WebSocket layer and, at the same position, its gRPC check (both with
+        the guard's exemptions), so the two protocols cannot drift apart."""
+        return cls(name, guard_layer(guard), grpc_check(guard), slot)
+
 
 def _slot(
-    slot: Slot, built_in: Capability | None, operator: Mapping[Slot, Sequence[SlotUse]], *, named: str | None = None
+    slot: Slot, built_in: Guard | None, operator: Mapping[Slot, Sequence[SlotUse]], *, named: str | None = None
 ) -> list[Step]:
     name = slot.value if named is None else f"{slot.value}:{named}"
-    steps = [] if built_in is None else [Step(name, built_in.layer, built_in.check_call, slot)]
+    steps = [] if built_in is None else [Step.guarding(name, built_in, slot)]
     uses = operator.get(slot, ())
     for number, use in enumerate(uses, start=1):
         steps.append(Step(f"{slot.value}:operator:{number}", use.layer, use.grpc, slot))
@@ -90,10 +87,10 @@ def pipeline(
     base_path: str,
     metrics: Metrics,
     tracer: Tracer | None = None,
-    token_auth: Capability | None,
-    rate_limit: Capability | None,
-    policy: Capability | None,
-    resilience: Sequence[tuple[str, Capability]] = (),
+    token_auth: Guard | None,
+    rate_limit: Guard | None,
+    policy: Guard | None,
+    resilience: Sequence[tuple[str, Guard]] = (),
     operator: Mapping[Slot, Sequence[SlotUse]],
     builtin_paths: frozenset[str] = frozenset(),
 ) -> list[Step]:

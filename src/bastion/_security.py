@@ -19,14 +19,15 @@ from bastion._audit import Auditor
 from bastion._cache_store import CacheStore, cache_store_from_settings
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.auth._revocation import Revocations
-from bastion.auth._token_auth import TokenAuth
+from bastion.auth._capability import TokenAuthGuard
+from bastion.auth._formats import token_format
 from bastion.config import ServiceSettings, Settings, read_file
 from bastion.errors import ConfigError
-from bastion.policy._authorizer import PolicyAuthorizer, ResourceExtractor
+from bastion.policy._capability import PolicyGuard, ResourceExtractor
 from bastion.policy._normalize import Normalizer
 from bastion.ratelimit._buckets import RuleSet
-from bastion.ratelimit._setup import RateLimiting, built_in_rate_limiting
-from bastion.resilience._layer import ResilienceLayer
+from bastion.ratelimit._capability import RateLimiting, built_in_rate_limiting
+from bastion.resilience._capability import ResilienceGuard
 from bastion_core import mask_url
 
 TOKEN_NOT_CONFIGURED = (
@@ -54,7 +55,7 @@ def check_tls(settings: ServiceSettings) -> None:
         ) from None
 
 
-def not_applied(settings: Settings, resilience: Sequence[ResilienceLayer] | None = None) -> list[tuple[str, str]]:
+def not_applied(settings: Settings, resilience: Sequence[ResilienceGuard] | None = None) -> list[tuple[str, str]]:
     """``(key, reason)`` for settings nothing uses: warned about at start-up, never silent.
 
     ``resilience`` is the app's layers; ``None`` when they are unknown (``bastion check-config`` has no code to
@@ -85,8 +86,8 @@ class Security:
     cache_store: CacheStore
     revocations: Revocations
     auditor: Auditor
-    token_auth: TokenAuth | None
-    policy: PolicyAuthorizer | None
+    token_auth: TokenAuthGuard | None
+    policy: PolicyGuard | None
     rate_limiting: RateLimiting | None
 
     @classmethod
@@ -98,8 +99,13 @@ class Security:
         normalizer: Normalizer | None = None,
         extractors: Mapping[str, ResourceExtractor] | None = None,
         metrics: Metrics = NO_METRICS,
+        limiter_follows_token_auth: bool = True,
     ) -> Security:
         """Build token auth, policy and rate limiting from ``settings``; refuse what would leave the door open.
+
+        ``limiter_follows_token_auth``: no operator layer sits between the two steps (``Slot.TOKEN_AUTH``), so with
+        revocation on and the distributed limiter on Redis/Valkey the revocation check rides in the limiter's
+        round trip (one script instead of two commands per request).
 
         Raises ConfigError: no token key and no explicit ``token.enabled = false`` (TOKEN_NOT_CONFIGURED),
         an unreadable or unfit key or certificate, a policy file that does not parse, a bad route rule.
@@ -115,13 +121,26 @@ class Security:
         cache_store = cache_store_from_settings(settings.cache_store)
         revocations = Revocations(cache_store)
         auditor = Auditor(settings.audit)
+        rate_limiting = built_in_rate_limiting(
+            settings.rate_limit, cache_store=cache_store, auditor=auditor, metrics=metrics
+        )
+        if rate_limiting is None:
+            RuleSet.from_settings(settings.rate_limit)  # route patterns are checked whoever wires the limiter
         token_auth = (
-            TokenAuth(settings.token, revocations=revocations, realm=realm, metrics=metrics)
+            TokenAuthGuard(
+                settings.token,
+                revocations=revocations,
+                realm=realm,
+                metrics=metrics,
+                defer_revocation=limiter_follows_token_auth
+                and rate_limiting is not None
+                and rate_limiting.checks_revocation,
+            )
             if settings.token.active
             else None
         )
         policy = (
-            PolicyAuthorizer(
+            PolicyGuard(
                 settings.policy,
                 auditor=auditor,
                 trust_forwarded=settings.rate_limit.trust_forwarded_headers,
@@ -133,11 +152,6 @@ class Security:
             if settings.policy.active
             else None
         )
-        rate_limiting = built_in_rate_limiting(
-            settings.rate_limit, cache_store=cache_store, auditor=auditor, metrics=metrics
-        )
-        if rate_limiting is None:
-            RuleSet.from_settings(settings.rate_limit)  # route patterns are checked whoever wires the limiter
         return cls(
             settings=settings,
             cache_store=cache_store,
@@ -153,7 +167,7 @@ class Security:
         *,
         custom_layers: Mapping[str, int] | None = None,
         grpc_services: int = 0,
-        resilience: Sequence[ResilienceLayer] | None = None,
+        resilience: Sequence[ResilienceGuard] | None = None,
     ) -> Posture:
         """What protects the service with these settings (and the operator's own layers, when known)."""
         settings = self.settings
@@ -161,10 +175,8 @@ class Security:
         token_fields: dict[str, Any] = {"enabled": self.token_auth is not None}
         if self.token_auth is not None:
             token_fields["format"] = token.format
-            if token.format == "jwt":
-                token_fields["algorithm"] = token.algorithm
-            else:
-                token_fields["paseto"] = f"{token.version}.{token.purpose}"
+            label, value = token_format(token.format).label(token)
+            token_fields[label] = value
             token_fields["key"] = f"token.{token.key_sources[0]}"
             if token.include_paths:
                 token_fields["protected_paths"] = list(token.include_paths)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from starlette.routing import BaseRoute
 
 from bastion._health import Check, ReadinessCheck
+from bastion._guard import Guard
 from bastion._parts import GrpcExtractor, GrpcHook, Hook, Layer, ServiceParts, Slot, SlotUse
 from bastion.broker._handlers import BoundHandler
 from bastion.broker._handlers import Handler as BrokerHandler
@@ -22,7 +23,7 @@ from bastion.config._sections import check_subject
 from bastion.errors import ConfigError
 from bastion.policy import Normalizer, ResourceExtractor
 from bastion.policy._schema import cedar_attributes
-from bastion.resilience._layer import ResilienceSpec
+from bastion.resilience._capability import ResilienceSpec
 from bastion.routing import ApiVersion, VersionedApi
 from bastion.routing._fallback import FallbackHandler, handler_app
 from bastion.types import ASGIApp
@@ -193,14 +194,16 @@ class Service:
         self._normalizer = normalizer
 
     @_before_build
-    def use(self, slot: Slot, layer: Layer, *, grpc: GrpcHook | None = None) -> None:
-        """Plug ``layer`` (``app -> app``) into ``slot``; several layers in one slot run in the order added.
+    def use(self, slot: Slot, layer: Layer | Guard, *, grpc: GrpcHook | None = None) -> None:
+        """Plug a guard, or ``layer`` (``app -> app``), into ``slot``; several in one slot run in the order added.
 
-        A layer sees HTTP requests and WebSocket handshakes. gRPC calls pass through ``grpc`` (``async
-        hook(scope)``, see :data:`GrpcHook`) at the same position; when gRPC serves methods, a token-auth,
-        rate-limit or policy layer without one is refused at build time, so no call skips it silently.
+        A :class:`~bastion.Guard` checks HTTP requests, WebSocket handshakes and gRPC calls with one ``check``
+        and its :class:`~bastion.Exemptions` (docs/pipeline.md). A plain layer sees HTTP requests and WebSocket
+        handshakes; gRPC calls pass through ``grpc`` (``async hook(scope)``, see :data:`GrpcHook`) at the same
+        position; when gRPC serves methods, a token-auth, rate-limit or policy layer without one is refused at
+        build time, so no call skips it silently.
         """
-        self._slots[slot].append(SlotUse(layer, grpc))
+        self._slots[slot].append(SlotUse.of(layer, grpc))
 
     @_before_build
     def use_resilience(

@@ -33,7 +33,6 @@ from bastion_core import running_loop
 DEFAULT_MESSAGE_TIMEOUT_SECS = 30.0
 """``middleware.timeout_secs``'s default: how long a unary or server-streaming call's request message may take."""
 _TRUNCATED = "Request message truncated: the call ended inside it"
-EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.")
 # The steps from the policy on wait for the request message when the method has a resource extractor.
 _DEFERRABLE = frozenset({Slot.POLICY, Slot.RESILIENCE})
 
@@ -118,10 +117,11 @@ class GrpcGuard:
     """Listens on grpclib's server events and runs the pipeline's gRPC steps for each call.
 
     Per call: draining check, request id, then ``steps`` in order (token auth -> UNAUTHENTICATED, rate limit
-    -> RESOURCE_EXHAUSTED with retry trailers, policy -> PERMISSION_DENIED, the operator's hooks). Health and
-    reflection are exempt. For a method with a resource extractor the steps from the policy on run once the
-    first request message is read (unary and server-streaming calls have exactly one), before the handler
-    sees it. A Bastion error raised by a handler becomes its gRPC status (``NotFound`` -> NOT_FOUND).
+    -> RESOURCE_EXHAUSTED with retry trailers, policy -> PERMISSION_DENIED, the operator's hooks); each step's
+    check applies its guard's exemptions (``bastion._guard``): health and reflection pass every one. For a
+    method with a resource extractor the steps from the policy on run once the first request message is read
+    (unary and server-streaming calls have exactly one), before the handler sees it. A Bastion error raised by a
+    handler becomes its gRPC status (``NotFound`` -> NOT_FOUND).
     """
 
     def __init__(
@@ -177,9 +177,6 @@ class GrpcGuard:
             "client": (peer_ip or "unknown", peer[1] if peer else 0),
             SCOPE_REQUEST_ID: request_id,
         }
-        if method.startswith(EXEMPT_PREFIXES):
-            event.method_func = self._wrap(event.method_func, scope, method, deferred=(), finishes=[])
-            return
         deferred = self.steps[self.defer_from :] if method in self.extractors else ()
         finishes = await self._run(self.steps[: len(self.steps) - len(deferred)], scope, [])
         event.method_func = self._wrap(event.method_func, scope, method, deferred=deferred, finishes=finishes)

@@ -4,7 +4,7 @@ Configured by ``[policy]`` and assembled by the pipeline. Public: what an operat
 normalizer, a resource extractor) and the offline loader.
 """
 
-from bastion.policy._authorizer import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE, ResourceExtractor
+from bastion.policy._capability import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE, ResourceExtractor
 from bastion.policy._engine import Decision, PolicyLoadError, load_policies
 from bastion.policy._normalize import Normalizer, default_normalizer
 

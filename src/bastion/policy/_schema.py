@@ -17,7 +17,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from bastion._health import ALWAYS_PUBLIC
 from bastion.errors import ConfigError
-from bastion.policy._authorizer import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE
+from bastion.policy._capability import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE
 from bastion.policy._normalize import Normalizer
 from bastion.routing._fallback import Dispatcher, empty_not_found
 from bastion.routing._resolve import DOCS_ASSET_ROUTE, RouteTable
@@ -49,7 +49,7 @@ CONTEXT_ATTRIBUTES: Mapping[str, dict[str, Any]] = {
     "path": {"type": "String"},
     "version": {"type": "Long"},
 }
-"""``PolicyAuthorizer.context_of``: every attribute is in every request (``version`` 0 off a versioned route),
+"""``PolicyGuard.context_of``: every attribute is in every request (``version`` 0 off a versioned route),
 so a policy never needs ``context has``."""
 
 

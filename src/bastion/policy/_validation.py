@@ -17,7 +17,7 @@ from typing import Any
 import cedarpy
 import structlog
 
-from bastion.policy._authorizer import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE
+from bastion.policy._capability import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE
 from bastion.policy._engine import LoadedPolicies, PolicyValidationError, split_statements
 from bastion.policy._schema import (
     ANONYMOUS_ATTRIBUTES,

@@ -7,15 +7,17 @@ Only the key source changes: algorithm, format, issuer, audience, leeway, path r
 
 from __future__ import annotations
 
+import importlib
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
+from bastion.auth._formats import token_format
 from bastion.config import Settings, TokenSettings, load_settings
 from bastion.errors import ConfigError
 from bastion.testing._tokens import PasetoMinter, TokenMinter
@@ -72,11 +74,8 @@ def resolve_settings(
 
 
 def _check_minter(token: TokenSettings, minter: Minter) -> None:
-    if token.format == "paseto":
-        if not isinstance(minter, PasetoMinter) or minter.purpose != token.purpose:
-            raise ConfigError(f"token.format = 'paseto' with purpose {token.purpose!r} needs a PasetoMinter of it")
-    elif not isinstance(minter, TokenMinter) or minter.algorithm != token.algorithm:
-        raise ConfigError(f"token.algorithm = {token.algorithm!r} needs a TokenMinter for {token.algorithm}")
+    if not minter.fits(token):
+        raise ConfigError(token_format(token.format).wrong_minter(token))
 
 
 def _with_key(token: TokenSettings, minter: Minter, folder: Path) -> TokenSettings:
@@ -94,7 +93,10 @@ def _with_key(token: TokenSettings, minter: Minter, folder: Path) -> TokenSettin
 
 
 def _new_minter(token: TokenSettings) -> Minter:
-    return PasetoMinter(token.purpose) if token.format == "paseto" else TokenMinter(token.algorithm)
+    """A minter with a new key of the format's own kind (its registry entry names the factory)."""
+    module, _, name = token_format(token.format).minter.partition(":")
+    factory: Callable[[TokenSettings], Minter] = getattr(importlib.import_module(module), name)
+    return factory(token)
 
 
 def prepare(

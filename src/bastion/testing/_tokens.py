@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey, RSAKey
 
+from bastion.config import TokenSettings
+
 DEFAULT_TTL_SECS = 300
 _CURVES = {"ES256": "P-256", "ES384": "P-384"}
 _SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
@@ -50,6 +52,8 @@ class TokenMinter:
     ``mint(jti=None)`` one without ``jti``); by default ``jti`` is a fresh random id.
     """
 
+    format = "jwt"
+
     def __init__(self, algorithm: str = "RS256", *, key: RSAKey | ECKey | OctKey | None = None, kid: str | None = None):
         self.algorithm = algorithm
         self.kid = kid
@@ -61,6 +65,10 @@ class TokenMinter:
             else:
                 key = OctKey.import_key(secrets.token_urlsafe(_SECRET_BYTES[algorithm]))
         self.key = key
+
+    def fits(self, token: TokenSettings) -> bool:
+        """Whether the service with ``token`` accepts what this minter mints (given the matching key)."""
+        return token.format == self.format and token.algorithm == self.algorithm
 
     @classmethod
     def from_private_pem(cls, pem: bytes, algorithm: str | None = None) -> TokenMinter:
@@ -112,6 +120,12 @@ class TokenMinter:
 class PasetoMinter:
     """Mint v4.local or v4.public PASETOs; ``exp``/``iat`` are ISO-8601 as PASETO specifies."""
 
+    format = "paseto"
+
+    def fits(self, token: TokenSettings) -> bool:
+        """Whether the service with ``token`` accepts what this minter mints (given the matching key)."""
+        return token.format == self.format and token.purpose == self.purpose
+
     def __init__(self, purpose: str = "public") -> None:
         self.purpose = purpose
         if purpose == "local":
@@ -143,6 +157,16 @@ class PasetoMinter:
                 payload[name] = datetime.fromtimestamp(payload[name], UTC).isoformat()
         token: bytes = pyseto.encode(self._key, json.dumps(payload).encode())
         return token.decode()
+
+
+def jwt_minter(token: TokenSettings) -> TokenMinter:
+    """The ``jwt`` format's test minter (``bastion.auth._formats``): a new key for ``token.algorithm``."""
+    return TokenMinter(token.algorithm)
+
+
+def paseto_minter(token: TokenSettings) -> PasetoMinter:
+    """The ``paseto`` format's test minter: a new key for ``token.purpose``."""
+    return PasetoMinter(token.purpose)
 
 
 def write_dev_keys(directory: str | os.PathLike[str]) -> tuple[Path, Path]:

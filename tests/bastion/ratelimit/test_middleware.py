@@ -17,7 +17,8 @@ from bastion.errors import InvalidToken
 from bastion.ratelimit import RateLimiting
 from bastion.ratelimit._buckets import RuleSet
 from bastion.ratelimit._local import LocalLimiter
-from bastion.ratelimit._middleware import RateLimitMiddleware
+from bastion._guard import GuardLayer
+from bastion.ratelimit._capability import RateLimitGuard
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 from tests.bastion.ratelimit.conftest import service
 from tests.conftest import open_settings
@@ -300,9 +301,8 @@ async def test_lifespan_passes_through_and_websocket_handshakes_are_charged() ->
     async def inner(scope: Scope, receive: Receive, send: Send) -> None:
         seen.append(scope["type"])
 
-    middleware = RateLimitMiddleware(
-        inner, store=LocalLimiter(), rules=RuleSet.from_settings(settings(rate_limit_per_ip_rpm="1").rate_limit)
-    )
+    guard = RateLimitGuard(settings(rate_limit_per_ip_rpm="1").rate_limit, store=LocalLimiter())
+    middleware = GuardLayer(inner, guard=guard)
 
     async def receive() -> Message:
         return {}

@@ -1,4 +1,5 @@
-"""Policy authorization of one request: principal, action, resource and context built from the scope."""
+"""Policy authorization: :class:`PolicyGuard` decides each request and call from its principal, action, resource
+and context, built from the scope."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from bastion._audit import Auditor
 from bastion._cache_store import CacheStore
 from bastion._claims import Claims
 from bastion._client_ip import client_ip
-from bastion._health import ALWAYS_PUBLIC
+from bastion._guard import Exemptions
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import PolicySettings
 from bastion.errors import ConfigError, PolicyDenied, PolicyError
@@ -28,10 +29,7 @@ from bastion.types import (
     SCOPE_GRPC_RESOURCE,
     SCOPE_REQUEST_ID,
     SCOPE_ROUTE,
-    ASGIApp,
-    Receive,
     Scope,
-    Send,
 )
 
 PRINCIPAL_TYPE = "User"
@@ -85,8 +83,8 @@ def _cedar_value(value: object) -> object:
     return str(value)
 
 
-class PolicyAuthorizer:
-    """Decide each authenticated request with Cedar; raise PolicyDenied (403) or PolicyError (500).
+class PolicyGuard:
+    """The policy guard: decide each request and gRPC call with Cedar; raise PolicyDenied (403) or PolicyError (500).
 
     The action is ``"<METHOD> <route template>"`` for a matched route, else the normalized path. Path
     parameters (plus a per-route resource extractor's attributes) are the resource's attributes. Context:
@@ -128,6 +126,12 @@ class PolicyAuthorizer:
             self.shared = SharedDecisionCache(cache_store, ttl_secs=settings.cache_ttl_secs)
         self._clock = clock
         self.evaluations = 0
+        self.exemptions = Exemptions(
+            scope_types=frozenset({"http", "websocket", "grpc"}), public_routes=True, other_methods=True
+        )
+        """``/health``, ``/ready``, gRPC health and reflection, the public API docs (``service.api_docs_public``: a
+        framework route marked public) and a request whose path exists only with other methods (the dispatcher
+        answers 405 before any policy is asked, the same for every caller) pass."""
 
     @property
     def policies(self) -> LoadedPolicies:
@@ -256,20 +260,13 @@ class PolicyAuthorizer:
         """Whether an evaluation failure allows this caller: ``fail_open``, and never for an anonymous one."""
         return self.settings.fail_open and claims is not None
 
-    async def authorize(self, scope: Scope) -> None:
-        """Allow or raise PolicyDenied (403) / PolicyError (500).
+    async def check(self, scope: Scope) -> None:
+        """Allow the request, WebSocket handshake (a ``GET``) or gRPC call, or raise PolicyDenied (403,
+        PERMISSION_DENIED) / PolicyError (500, INTERNAL).
 
-        Every request is decided, those without claims as the anonymous principal (default deny applies),
-        except ``/health`` and ``/ready``, the public API docs (``service.api_docs_public``: a framework route
-        marked public) and a request whose path exists only with other methods (the dispatcher answers 405
-        before any policy is asked, the same for every caller).
+        Every one is decided, those without claims as the anonymous principal (default deny applies), except
+        what :attr:`exemptions` lets pass.
         """
-        if scope["type"] != "grpc":
-            if scope["path"] in ALWAYS_PUBLIC:
-                return
-            route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
-            if route is not None and (not route.method_allowed or route.entry.public):
-                return
         claims = scope.get(SCOPE_CLAIMS)
         if not isinstance(claims, Claims):
             claims = None
@@ -284,13 +281,6 @@ class PolicyAuthorizer:
         if not decision.allowed:
             await self.auditor.auth_event("AuthPermissionDenied", scope, action=action)
             raise PolicyDenied()
-
-    def layer(self, app: ASGIApp) -> ASGIApp:
-        return PolicyMiddleware(app, authorizer=self)
-
-    async def check_call(self, scope: Scope) -> None:
-        """The gRPC form: decide one call (PolicyDenied -> PERMISSION_DENIED, PolicyError -> INTERNAL)."""
-        await self.authorize(scope)
 
     async def watch(self) -> None:
         """Hot reload: poll ``policy_path`` every interval; reload once a change has been stable for one poll.
@@ -316,20 +306,3 @@ class PolicyAuthorizer:
             except PolicyLoadError as exc:
                 seen_broken = current
                 log.error("policy_hot_reload_failed", error=str(exc))
-
-
-class PolicyMiddleware:
-    """Ask the PolicyAuthorizer about each HTTP request and WebSocket handshake (a ``GET``).
-
-    Reads scope[SCOPE_CLAIMS] (token auth) and scope[SCOPE_ROUTE] (route resolution). Raises PolicyDenied
-    (403) or PolicyError (500); the error renderer shapes both.
-    """
-
-    def __init__(self, app: ASGIApp, *, authorizer: PolicyAuthorizer) -> None:
-        self.app = app
-        self.authorizer = authorizer
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" or scope["type"] == "websocket":
-            await self.authorizer.authorize(scope)
-        await self.app(scope, receive, send)

@@ -14,21 +14,16 @@ bulkhead); over gRPC ``UNAVAILABLE`` with ``retry-after`` in the trailers.
 
 from __future__ import annotations
 
-import asyncio
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import ClientDisconnect
-
-from bastion._health import ALWAYS_PUBLIC
+from bastion._guard import Exemptions, Outcome
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import ResilienceSettings
 from bastion.errors import BulkheadFull, CircuitOpen
-from bastion.middleware._errors import as_bastion_error
-from bastion.middleware._limits import stalled_on_body
-from bastion.types import SCOPE_API_VERSION, ASGIApp, Message, Receive, Scope, Send
+from bastion.types import SCOPE_API_VERSION, Scope
 from bastion_core import (
     Bulkhead,
     BulkheadFullError,
@@ -38,12 +33,7 @@ from bastion_core import (
     Ticket,
 )
 
-GrpcFinish = Callable[[str | None], Awaitable[None]]
-"""Called once a guarded gRPC call is over: its status name (``"OK"``, ``"INTERNAL"``, ...), or ``None`` when the
-outcome says nothing about the service (a later step refused the call; the client cancelled it, let its deadline
-pass or sent a broken request message)."""
-
-FAILED_GRPC_STATUSES = frozenset({"INTERNAL", "UNKNOWN", "UNAVAILABLE", "DEADLINE_EXCEEDED", "DATA_LOSS"})
+FAILED_STATUSES = frozenset({"INTERNAL", "UNKNOWN", "UNAVAILABLE", "DEADLINE_EXCEEDED", "DATA_LOSS"})
 OVERRIDES = frozenset({"threshold", "min_requests", "wait_secs", "half_open_requests", "max_concurrent", "max_wait"})
 
 
@@ -75,8 +65,14 @@ def _enabled(requested: bool | None, configured: bool | None) -> bool:
     return requested if requested is not None else configured is not False
 
 
-class ResilienceLayer:
-    """The breaker and bulkhead of one ``use_resilience`` call, and the requests they guard."""
+class ResilienceGuard:
+    """The resilience guard of one ``use_resilience`` call: its breaker and bulkhead, and the requests they guard.
+
+    Over HTTP a 5xx response or an exception (other than a Bastion or HTTP error below 500) counts as a failure; a
+    request cancelled by the timeout layer counts too (a hanging service is the case a breaker is for), unless its
+    handler was still waiting for the client's body (the 408). A client that disconnects is not counted. The
+    bulkhead slot is returned whatever ends the request (``bastion._guard.GuardLayer`` reports the outcome).
+    """
 
     def __init__(self, spec: ResilienceSpec, settings: ResilienceSettings, *, metrics: Metrics = NO_METRICS) -> None:
         self.metrics = metrics
@@ -112,14 +108,15 @@ class ResilienceLayer:
                 f"resilience layer {spec.name!r} has neither a circuit breaker nor a bulkhead: "
                 "middleware.resilience.circuit_breaker_enabled and bulkhead_enabled are both false"
             )
+        self.exemptions = Exemptions(scope_types=frozenset({"http", "grpc"}))
+        """HTTP requests and gRPC calls but ``/health``, ``/ready``, gRPC health and reflection (a WebSocket session
+        holds no slot: it is long-lived)."""
         self._exact = frozenset(p for p in spec.paths if not p.endswith("/*"))
         self._prefixes = tuple(p[:-1] for p in spec.paths if p.endswith("/*"))
 
     def applies(self, scope: Scope) -> bool:
-        """Whether this layer guards the request or call (``/health`` and ``/ready`` never)."""
+        """Whether this layer guards the request or call (its version and paths; see also :attr:`exemptions`)."""
         path: str = scope["path"]
-        if path in ALWAYS_PUBLIC:
-            return False
         if self.spec.version is not None and scope.get(SCOPE_API_VERSION) != self.spec.version:
             return False
         return not self.spec.paths or path in self._exact or path.startswith(self._prefixes)
@@ -151,76 +148,29 @@ class ResilienceLayer:
         if ticket is not None and self.breaker is not None:
             self.breaker.record(ticket, success=success)
 
-    def layer(self, app: ASGIApp) -> ASGIApp:
-        return ResilienceMiddleware(app, guard=self)
-
-    async def check_call(self, scope: Scope) -> GrpcFinish | None:
-        """The gRPC form: admit the call; the returned function records its outcome when it is over."""
+    async def check(self, scope: Scope) -> Outcome | None:
+        """Admit the request or call (breaker, then bulkhead) or raise CircuitOpen / BulkheadFull (503,
+        UNAVAILABLE); the returned outcome gives the slot back and records how it ended (``bastion._guard.Outcome``:
+        a status in FAILED_STATUSES is a failure, ``None`` says nothing about the service)."""
         if not self.applies(scope):
             return None
         ticket = await self.enter()
 
         async def finish(status: str | None) -> None:
-            self.leave(ticket, None if status is None else status not in FAILED_GRPC_STATUSES)
+            self.leave(ticket, None if status is None else status not in FAILED_STATUSES)
 
         return finish
 
 
-class ResilienceMiddleware:
-    """The HTTP face of a :class:`ResilienceLayer` (inside policy, outside the handler).
-
-    A 5xx response or an exception (other than a Bastion or HTTP error below 500) counts as a failure; a
-    request cancelled by the timeout layer counts too (a hanging service is the case a breaker is for), unless
-    its handler was still waiting for the client's body (the 408). A client that disconnects is not counted.
-    The bulkhead slot is returned whatever ends the request.
-    """
-
-    def __init__(self, app: ASGIApp, *, guard: ResilienceLayer) -> None:
-        self.app = app
-        self.guard = guard
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.guard.applies(scope):
-            await self.app(scope, receive, send)
-            return
-        ticket = await self.guard.enter()
-        status = 0
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        except ClientDisconnect:
-            self.guard.leave(ticket, None)  # the client left before the answer: nothing learnt
-            raise
-        except Exception as exc:
-            error = as_bastion_error(exc)
-            self.guard.leave(ticket, error is not None and error.status < 500)
-            raise
-        except asyncio.CancelledError:
-            # The timeout layer's deadline: a handler that hangs is what a breaker is for; a client too slow
-            # sending its body (the 408) says nothing about the service.
-            self.guard.leave(ticket, None if stalled_on_body(scope) else False)
-            raise
-        except BaseException:
-            self.guard.leave(ticket, None)
-            raise
-        self.guard.leave(ticket, status < 500)
-
-
 def layers_from(
     specs: Sequence[ResilienceSpec], settings: ResilienceSettings, *, metrics: Metrics = NO_METRICS
-) -> list[ResilienceLayer]:
+) -> list[ResilienceGuard]:
     """One layer per spec; names must be unique (they name the breakers and pools in logs and metrics)."""
     names = [spec.name for spec in specs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ConfigError(f"use_resilience(name=...) names {', '.join(map(repr, duplicates))} more than once")
-    layers = [ResilienceLayer(spec, settings, metrics=metrics) for spec in specs]
+    layers = [ResilienceGuard(spec, settings, metrics=metrics) for spec in specs]
     metrics.watch_breakers(
         lambda: [(layer.name, layer.breaker.observed_state.value) for layer in layers if layer.breaker is not None]
     )

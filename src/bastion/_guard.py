@@ -1,0 +1,192 @@
+"""Capabilities are guards: one check for every connection, exemptions as data, one adapter per protocol.
+
+A :class:`Guard` checks an HTTP request, a WebSocket handshake or a gRPC call alike: ``await guard.check(scope)``
+rejects by raising a :class:`~bastion.errors.BastionError` and may return an :data:`Outcome` callback, told how
+the connection ended. Who skips the guard is data (:class:`Exemptions`), read by both adapters: :class:`GuardLayer`
+(the HTTP/WebSocket ASGI layer, one for every guard) and :func:`grpc_check` (the same check at the same position
+for a gRPC call, run by ``bastion.grpc``). Token auth, rate limiting, policy and resilience are guards; so is
+whatever an operator plugs in with ``service.use(slot, guard)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from starlette.requests import ClientDisconnect
+
+from bastion._health import ALWAYS_PUBLIC
+from bastion.middleware._errors import as_bastion_error
+from bastion.middleware._limits import stalled_on_body
+from bastion.routing._resolve import ResolvedRoute
+from bastion.types import SCOPE_ROUTE, ASGIApp, Message, Receive, Scope, Send
+
+Outcome = Callable[[str | None], Awaitable[None]]
+"""Called once a checked connection is over, with its outcome as a gRPC status name, or ``None`` when the outcome
+says nothing about the service: its handler never ran (a later step refused it), or the client left, cancelled,
+let its deadline pass or sent a broken request.
+
+An HTTP request or WebSocket session ends ``"OK"`` (a response below 500, or a Bastion error below 500 raised
+further in), ``"INTERNAL"`` (a 5xx response, an unexpected exception) or ``"DEADLINE_EXCEEDED"`` (the timeout
+stopped its handler); a gRPC call ends with the status its client gets."""
+
+GRPC_BUILT_IN = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.")
+"""gRPC health and reflection methods: exempt from every check (spec, endpoints rule 4), as ``/health`` and
+``/ready`` are over HTTP."""
+EVERY_CONNECTION = frozenset({"http", "websocket", "grpc"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Exemptions:
+    """Who passes a guard unchecked.
+
+    - ``scope_types``: the connections it checks (``"http"``, ``"websocket"``, ``"grpc"``); others pass.
+    - ``built_in``: Bastion's own endpoints pass: ``/health``, ``/ready``, gRPC health and reflection.
+    - ``public_paths``: path prefixes that pass, matched on segment boundaries (``/public`` passes ``/public``
+      and ``/public/x``, not ``/publicity``); for gRPC a method (``/pkg.Service/Method``) or service prefix.
+    - ``preflight``: CORS preflights (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) pass.
+    - ``public_routes``: framework routes marked public (the API docs with ``service.api_docs_public``) pass.
+    - ``other_methods``: a request whose path exists only with other methods passes (the dispatcher answers 405
+      the same for every caller).
+    """
+
+    scope_types: frozenset[str] = EVERY_CONNECTION
+    built_in: bool = True
+    public_paths: tuple[str, ...] = ()
+    preflight: bool = False
+    public_routes: bool = False
+    other_methods: bool = False
+
+    def skips(self, scope: Scope) -> bool:
+        """Whether the connection of ``scope`` passes unchecked."""
+        kind = scope["type"]
+        if kind not in self.scope_types:
+            return True
+        path: str = scope["path"]
+        if kind == "grpc":
+            if self.built_in and path.startswith(GRPC_BUILT_IN):
+                return True
+        elif self.built_in and path in ALWAYS_PUBLIC:
+            return True
+        for prefix in self.public_paths:
+            if path == prefix or path.startswith(prefix + "/"):
+                return True
+        if kind == "grpc":
+            return False
+        if self.preflight and _is_preflight(scope):
+            return True
+        if self.public_routes or self.other_methods:
+            route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
+            if route is not None:
+                if route.method_allowed:
+                    return self.public_routes and route.entry.public
+                return self.other_methods
+        return False
+
+
+@runtime_checkable
+class Guard(Protocol):
+    """A capability's check of one connection: an HTTP request, a WebSocket handshake or a gRPC call.
+
+    ``check`` rejects by raising a BastionError (its status, code and headers are the reply: 401, 429, 403, 503;
+    over gRPC its ``grpc_status``, the headers in the trailers) and may return an :data:`Outcome` callback. It
+    may write the scope for later steps (token auth puts the claims in ``scope[SCOPE_CLAIMS]``). ``exemptions``
+    says who never reaches ``check``.
+    """
+
+    @property
+    def exemptions(self) -> Exemptions: ...
+
+    async def check(self, scope: Scope) -> Outcome | None: ...
+
+
+def _is_preflight(scope: Scope) -> bool:
+    if scope.get("method") != "OPTIONS":
+        return False
+    names = {name for name, _ in scope["headers"]}
+    return b"origin" in names and b"access-control-request-method" in names
+
+
+class GuardLayer:
+    """The HTTP/WebSocket ASGI layer of any guard: skip the exempt, check the rest, report the outcome."""
+
+    __slots__ = ("app", "check", "exemptions")
+
+    def __init__(self, app: ASGIApp, *, guard: Guard) -> None:
+        self.app = app
+        self.check = guard.check
+        self.exemptions = guard.exemptions
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.exemptions.skips(scope):
+            await self.app(scope, receive, send)
+            return
+        outcome = await self.check(scope)
+        if outcome is None:
+            await self.app(scope, receive, send)
+            return
+        await _reporting(self.app, scope, receive, send, outcome)
+
+
+async def _reporting(app: ASGIApp, scope: Scope, receive: Receive, send: Send, outcome: Outcome) -> None:
+    """Run ``app`` and tell ``outcome`` how the request ended (see :data:`Outcome`)."""
+    status = 0
+
+    async def send_status(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        await send(message)
+
+    try:
+        await app(scope, receive, send_status)
+    except ClientDisconnect:
+        await outcome(None)  # the client left before the answer: nothing learnt
+        raise
+    except Exception as exc:
+        error = as_bastion_error(exc)
+        await outcome("OK" if error is not None and error.status < 500 else "INTERNAL")
+        raise
+    except asyncio.CancelledError:
+        # The timeout layer's deadline: a handler that hangs says something about the service; a client too
+        # slow sending its body (the 408) does not.
+        await outcome(None if stalled_on_body(scope) else "DEADLINE_EXCEEDED")
+        raise
+    except BaseException:
+        await outcome(None)
+        raise
+    await outcome("OK" if status < 500 else "INTERNAL")
+
+
+def guard_layer(guard: Guard) -> Callable[[ASGIApp], ASGIApp]:
+    """``app -> app``: the guard's HTTP/WebSocket layer (what ``service.use(slot, layer)`` takes)."""
+
+    def layer(app: ASGIApp) -> ASGIApp:
+        return GuardLayer(app, guard=guard)
+
+    return layer
+
+
+def grpc_check(guard: Guard) -> Callable[[Scope], Awaitable[Outcome | None]]:
+    """The guard's check for a gRPC call, its exemptions applied (what the gRPC server runs at its step)."""
+    exemptions, check = guard.exemptions, guard.check
+
+    async def hook(scope: Scope) -> Outcome | None:
+        if exemptions.skips(scope):
+            return None
+        return await check(scope)
+
+    return hook
+
+
+def skipping_built_in(hook: Callable[[Scope], Awaitable[Outcome | None]]) -> Callable[[Scope], Awaitable[Outcome | None]]:
+    """An operator's plain gRPC hook (``service.use(slot, layer, grpc=hook)``), not run for health and reflection."""
+    return grpc_check(_HookGuard(hook))
+
+
+@dataclass(frozen=True, slots=True)
+class _HookGuard:
+    check: Callable[[Scope], Awaitable[Outcome | None]]
+    exemptions: Exemptions = Exemptions(scope_types=frozenset({"grpc"}))

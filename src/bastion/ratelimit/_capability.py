@@ -1,0 +1,174 @@
+"""Rate limiting assembled from ``[rate_limit]``: rules, a limiter store and the guard that charges each request.
+
+:class:`RateLimitGuard` (``bastion._guard``) charges HTTP requests, WebSocket handshakes and gRPC calls alike, after
+token auth (it reads the claims) and before policy, on the full canonical path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bastion._audit import Auditor
+from bastion._cache_store import CacheStore, DeferredRevocation
+from bastion._guard import Exemptions, guard_layer
+from bastion._metrics import NO_METRICS, Metrics
+from bastion.config import AuditSettings, RateLimitSettings
+from bastion.errors import RateLimitExceeded
+from bastion.ratelimit._buckets import LimiterStore, Outcome, RuleSet
+from bastion.ratelimit._distributed import DistributedLimiter
+from bastion.ratelimit._local import LocalLimiter
+from bastion.types import SCOPE_DEFERRED_REVOCATION, SCOPE_RESPONSE_HEADERS, ASGIApp, Scope
+
+Layer = Callable[[ASGIApp], ASGIApp]
+
+DENIED_EVENT = "HttpRequestDenied"
+DENIED_EVENT_TYPE = "http.request.denied"
+
+
+def bucket_kind(key: str) -> str:
+    """``user``, ``client``, ``ip`` or ``route``: the metric label of a bucket (its key holds who it is)."""
+    if key.startswith("route:"):
+        return "route"
+    return key.split(":", 2)[1] if key.count(":") >= 2 else "other"
+
+
+async def charge(
+    scope: Scope,
+    *,
+    store: LimiterStore,
+    rules: RuleSet,
+    trust_forwarded: bool,
+    auditor: Auditor | None,
+    metrics: Metrics = NO_METRICS,
+) -> Outcome:
+    """Charge the request's bucket; on a spent bucket emit ``HttpRequestDenied`` and raise RateLimitExceeded.
+
+    Shared by HTTP requests and gRPC calls (whose scope has ``method`` POST and ``path`` the method).
+    A cache-store failure propagates as CacheStoreError, without an audit event.
+    """
+    bucket = rules.bucket_for(scope, trust_forwarded=trust_forwarded)
+    deferred: DeferredRevocation | None = scope.pop(SCOPE_DEFERRED_REVOCATION, None)
+    if deferred is None:
+        outcome = await store.charge(bucket)
+    else:
+        combined = getattr(store, "charge_unless_revoked", None)
+        if combined is None:
+            await deferred.check()
+            outcome = await store.charge(bucket)
+        else:
+            charged = await combined(bucket, deferred.key)
+            if charged is None:
+                raise deferred.revoked()
+            outcome = charged
+    if not outcome.allowed:
+        metrics.rate_limited(bucket_kind(bucket.key))
+        if auditor is not None:
+            await auditor.auth_event(
+                DENIED_EVENT,
+                scope,
+                event_type=DENIED_EVENT_TYPE,
+                method=scope.get("method", "GET"),
+                path=scope["path"],
+                bucket=bucket.key,
+                limit=outcome.limit,
+                retry_after=outcome.retry_after_secs,
+            )
+        raise RateLimitExceeded(retry_after=outcome.retry_after_secs, headers=outcome.headers())
+    if metrics.traced:
+        metrics.rate_limit_passed(bucket_kind(bucket.key))
+    return outcome
+
+
+class RateLimitGuard:
+    """The rate-limit guard of one app: compiled rules and one limiter store.
+
+    ``RateLimiting.local(settings)`` keeps buckets in this process; ``RateLimiting.distributed(settings,
+    cache_store)`` keeps them in the cache store, shared by every instance. Route patterns are compiled here,
+    once (ConfigError at start-up for a bad one).
+    """
+
+    def __init__(
+        self,
+        settings: RateLimitSettings,
+        *,
+        store: LimiterStore,
+        auditor: Auditor | None = None,
+        metrics: Metrics = NO_METRICS,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.rules = RuleSet.from_settings(settings)
+        self.store = store
+        # Audit events are on by default (spec): a limiter wired by hand logs HttpRequestDenied too.
+        self.auditor = auditor if auditor is not None else Auditor(AuditSettings())
+        self.exemptions = Exemptions(scope_types=frozenset({"http", "websocket", "grpc"}))
+        """Every request, WebSocket handshake and gRPC call is charged but ``/health``, ``/ready``, gRPC health
+        and reflection."""
+
+    @classmethod
+    def local(
+        cls, settings: RateLimitSettings, *, auditor: Auditor | None = None, metrics: Metrics = NO_METRICS
+    ) -> RateLimitGuard:
+        """In-process buckets: per instance, reset on restart."""
+        return cls(settings, store=LocalLimiter(), auditor=auditor, metrics=metrics)
+
+    @classmethod
+    def distributed(
+        cls,
+        settings: RateLimitSettings,
+        cache_store: CacheStore,
+        *,
+        auditor: Auditor | None = None,
+        metrics: Metrics = NO_METRICS,
+    ) -> RateLimitGuard:
+        """Buckets in ``cache_store`` (Redis/Valkey: shared by all instances, one round trip per request)."""
+        return cls(settings, store=DistributedLimiter(cache_store), auditor=auditor, metrics=metrics)
+
+    @property
+    def checks_revocation(self) -> bool:
+        """Whether a revocation check left in the scope (SCOPE_DEFERRED_REVOCATION) is made in the same round trip
+        as the charge: the distributed limiter on Redis/Valkey."""
+        return isinstance(self.store, DistributedLimiter) and self.store.shared
+
+    async def check(self, scope: Scope) -> None:
+        """Charge the request or call (a gRPC call's scope has ``method`` POST, ``path`` the method); raise
+        RateLimitExceeded (429 with ``Retry-After`` and ``X-RateLimit-*``; over gRPC RESOURCE_EXHAUSTED, the
+        headers in the trailers) or CacheStoreError. An allowed request's quota headers go on its response,
+        errors raised further in included: the request-id step adds scope[SCOPE_RESPONSE_HEADERS]."""
+        outcome = await charge(
+            scope,
+            store=self.store,
+            rules=self.rules,
+            trust_forwarded=self.settings.trust_forwarded_headers,
+            auditor=self.auditor,
+            metrics=self.metrics,
+        )
+        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *outcome.raw_headers()]
+
+    @property
+    def layer(self) -> Layer:
+        """The HTTP/WebSocket layer, for ``service.use(Slot.RATE_LIMIT, limiting.layer)`` (the guard itself,
+        ``service.use(Slot.RATE_LIMIT, limiting)``, guards gRPC calls too)."""
+        return guard_layer(self)
+
+
+RateLimiting = RateLimitGuard
+"""The name this guard is documented under for wiring a limiter by hand (``RateLimiting.local(settings)``)."""
+
+
+def built_in_rate_limiting(
+    settings: RateLimitSettings, *, cache_store: CacheStore, auditor: Auditor, metrics: Metrics = NO_METRICS
+) -> RateLimitGuard | None:
+    """What ``BastionApp`` wires into the rate-limit slot by itself.
+
+    The distributed limiter on the app's cache store when ``distributed`` is true; else the local limiter
+    when ``auto_apply`` is true; nothing when ``enabled`` is false or ``auto_apply`` is false (the operator
+    then wires a limiter with ``service.use(Slot.RATE_LIMIT, ...)``).
+    """
+    if not settings.enabled:
+        return None
+    if settings.distributed:
+        return RateLimitGuard.distributed(settings, cache_store, auditor=auditor, metrics=metrics)
+    if settings.auto_apply:
+        return RateLimitGuard.local(settings, auditor=auditor, metrics=metrics)
+    return None
