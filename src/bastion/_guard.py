@@ -181,7 +181,9 @@ def grpc_check(guard: Guard) -> Callable[[Scope], Awaitable[Outcome | None]]:
     return hook
 
 
-def skipping_built_in(hook: Callable[[Scope], Awaitable[Outcome | None]]) -> Callable[[Scope], Awaitable[Outcome | None]]:
+def skipping_built_in(
+    hook: Callable[[Scope], Awaitable[Outcome | None]],
+) -> Callable[[Scope], Awaitable[Outcome | None]]:
     """An operator's plain gRPC hook (``service.use(slot, layer, grpc=hook)``), not run for health and reflection."""
     return grpc_check(_HookGuard(hook))
 

@@ -18,9 +18,9 @@ import structlog
 from bastion._audit import Auditor
 from bastion._cache_store import CacheStore, cache_store_from_settings
 from bastion._metrics import NO_METRICS, Metrics
-from bastion.auth._revocation import Revocations
 from bastion.auth._capability import TokenAuthGuard
 from bastion.auth._formats import token_format
+from bastion.auth._revocation import Revocations
 from bastion.config import ServiceSettings, Settings, read_file
 from bastion.errors import ConfigError
 from bastion.policy._capability import PolicyGuard, ResourceExtractor

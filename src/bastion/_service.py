@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from starlette.routing import BaseRoute
 
-from bastion._health import Check, ReadinessCheck
 from bastion._guard import Guard
+from bastion._health import Check, ReadinessCheck
 from bastion._parts import GrpcExtractor, GrpcHook, Hook, Layer, ServiceParts, Slot, SlotUse
 from bastion.broker._handlers import BoundHandler
 from bastion.broker._handlers import Handler as BrokerHandler

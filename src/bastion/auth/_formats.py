@@ -42,7 +42,9 @@ FORMATS: dict[str, TokenFormat] = {
             bearer_format="JWT",
             verifier=JwtVerifier,
             label=lambda token: ("algorithm", token.algorithm),
-            wrong_minter=lambda token: f"token.algorithm = {token.algorithm!r} needs a TokenMinter for {token.algorithm}",
+            wrong_minter=lambda token: (
+                f"token.algorithm = {token.algorithm!r} needs a TokenMinter for {token.algorithm}"
+            ),
             minter="bastion.testing._tokens:jwt_minter",
         ),
         TokenFormat(
@@ -50,7 +52,9 @@ FORMATS: dict[str, TokenFormat] = {
             bearer_format="PASETO",
             verifier=PasetoVerifier,
             label=lambda token: ("paseto", f"{token.version}.{token.purpose}"),
-            wrong_minter=lambda token: f"token.format = 'paseto' with purpose {token.purpose!r} needs a PasetoMinter of it",
+            wrong_minter=lambda token: (
+                f"token.format = 'paseto' with purpose {token.purpose!r} needs a PasetoMinter of it"
+            ),
             minter="bastion.testing._tokens:paseto_minter",
         ),
     )

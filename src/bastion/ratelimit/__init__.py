@@ -5,7 +5,7 @@ Configured by ``[rate_limit]``. Public: what an operator wiring a limiter by han
 """
 
 from bastion.ratelimit._buckets import Bucket, LimiterStore, Outcome
-from bastion.ratelimit._rules import Quota
 from bastion.ratelimit._capability import RateLimiting
+from bastion.ratelimit._rules import Quota
 
 __all__ = ["Bucket", "LimiterStore", "Outcome", "Quota", "RateLimiting"]

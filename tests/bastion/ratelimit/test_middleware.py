@@ -12,13 +12,12 @@ from structlog.testing import capture_logs
 
 from bastion import BastionApp, ConfigError, PolicyDenied, RateLimitExceeded, Slot
 from bastion._cache_store import MemoryCacheStore
+from bastion._guard import GuardLayer
 from bastion.config import Settings
 from bastion.errors import InvalidToken
 from bastion.ratelimit import RateLimiting
-from bastion.ratelimit._buckets import RuleSet
-from bastion.ratelimit._local import LocalLimiter
-from bastion._guard import GuardLayer
 from bastion.ratelimit._capability import RateLimitGuard
+from bastion.ratelimit._local import LocalLimiter
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 from tests.bastion.ratelimit.conftest import service
 from tests.conftest import open_settings
