@@ -19,15 +19,18 @@ from bastion._audit import Auditor
 from bastion._cache_store import CacheStore, cache_store_from_settings
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.auth._capability import TokenAuthGuard
-from bastion.auth._formats import token_format
+from bastion.auth._posture import TokenPosture
 from bastion.auth._revocation import Revocations
 from bastion.config import ServiceSettings, Settings, read_file
 from bastion.errors import ConfigError
 from bastion.policy._capability import PolicyGuard, ResourceExtractor
 from bastion.policy._normalize import Normalizer
+from bastion.policy._posture import PolicyPosture
 from bastion.ratelimit._buckets import RuleSet
-from bastion.ratelimit._capability import RateLimiting, built_in_rate_limiting
+from bastion.ratelimit._capability import RateLimitGuard, built_in_rate_limiting
+from bastion.ratelimit._posture import RateLimitPosture
 from bastion.resilience._capability import ResilienceGuard
+from bastion.resilience._posture import ResiliencePosture
 from bastion_core import mask_url
 
 TOKEN_NOT_CONFIGURED = (
@@ -88,7 +91,7 @@ class Security:
     auditor: Auditor
     token_auth: TokenAuthGuard | None
     policy: PolicyGuard | None
-    rate_limiting: RateLimiting | None
+    rate_limiting: RateLimitGuard | None
 
     @classmethod
     def from_settings(
@@ -171,75 +174,29 @@ class Security:
     ) -> Posture:
         """What protects the service with these settings (and the operator's own layers, when known)."""
         settings = self.settings
-        token, policy, limits = settings.token, settings.policy, settings.rate_limit
-        token_fields: dict[str, Any] = {"enabled": self.token_auth is not None}
-        if self.token_auth is not None:
-            token_fields["format"] = token.format
-            label, value = token_format(token.format).label(token)
-            token_fields[label] = value
-            token_fields["key"] = f"token.{token.key_sources[0]}"
-            if token.include_paths:
-                token_fields["protected_paths"] = list(token.include_paths)
-            else:
-                token_fields["public_paths"] = [*token.exclude_paths, *token.public_paths]
-        policy_fields: dict[str, Any] = {"enabled": self.policy is not None}
-        if self.policy is not None:
-            policy_fields.update(
-                file=policy.policy_path,
-                statements=self.policy.policies.statements,
-                fail_open=policy.fail_open,
-                hot_reload=policy.hot_reload,
-            )
-        mode = "off"
-        if self.rate_limiting is not None:
-            mode = "distributed" if limits.distributed else "local"
-        elif limits.enabled and not limits.auto_apply:
-            mode = "operator"
-        limit_fields: dict[str, Any] = {"mode": mode}
-        if self.rate_limiting is not None:
-            limit_fields.update(
-                per_user_rpm=limits.per_user_rpm,
-                per_client_rpm=limits.per_client_rpm,
-                per_ip_rpm=limits.per_ip_rpm,
-                route_rules=len(limits.routes),
-            )
         revocation = "off"
         if self.token_auth is not None and self.token_auth.revocations is not None:
             revocation = "cache_store" if settings.cache_store.url is not None else "memory"
-        broker: dict[str, Any] = {"enabled": False}
-        if settings.broker is not None and settings.broker.active and settings.broker.url is not None:
-            broker = {
-                "enabled": True,
-                "url": mask_url(settings.broker.url.get_secret_value(), cluster=True),
-                "optional": settings.broker.optional,
-                "lazy_init": settings.broker.lazy_init,
-            }
-        metrics = "off"
-        if settings.metrics.enabled:
-            where = settings.metrics
-            if where.port is not None:
-                metrics = f"port {where.port} {where.path}"
-            else:
-                metrics = f"{'public' if where.public else 'token'} {where.path}"
-        grpc = "off"
-        if settings.grpc.enabled:
-            grpc = f"separate_port:{settings.grpc.port}" if settings.grpc.use_separate_port else "same_port"
         return Posture(
-            token=token_fields,
-            policy=policy_fields,
-            rate_limit=limit_fields,
+            token=TokenPosture.of(settings.token, enabled=self.token_auth is not None),
+            policy=PolicyPosture.of(
+                settings.policy, statements=None if self.policy is None else self.policy.policies.statements
+            ),
+            rate_limit=RateLimitPosture.of(settings.rate_limit, built_in=self.rate_limiting is not None),
             revocation=revocation,
-            broker=broker,
-            metrics=metrics,
+            broker=BrokerPosture.of(settings),
+            metrics=_metrics(settings),
             api_docs="public" if settings.service.api_docs_public else "token",
-            grpc=grpc,
+            grpc=_grpc(settings),
             grpc_services=grpc_services,
             tls=settings.service.tls_cert_path is not None,
             custom_layers={slot: count for slot, count in (custom_layers or {}).items() if count},
-            resilience=[
-                {"name": layer.name, "breaker": layer.breaker is not None, "bulkhead": layer.bulkhead is not None}
+            resilience=tuple(
+                ResiliencePosture(
+                    name=layer.name, breaker=layer.breaker is not None, bulkhead=layer.bulkhead is not None
+                )
                 for layer in resilience or ()
-            ],
+            ),
             not_applied=not_applied(settings, resilience),
         )
 
@@ -247,16 +204,67 @@ class Security:
         await self.cache_store.close()
 
 
+def _metrics(settings: Settings) -> str:
+    if not settings.metrics.enabled:
+        return "off"
+    where = settings.metrics
+    if where.port is not None:
+        return f"port {where.port} {where.path}"
+    return f"{'public' if where.public else 'token'} {where.path}"
+
+
+def _grpc(settings: Settings) -> str:
+    if not settings.grpc.enabled:
+        return "off"
+    return f"separate_port:{settings.grpc.port}" if settings.grpc.use_separate_port else "same_port"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerPosture:
+    """The broker as configured: its URL (credentials masked), whether ``/ready`` needs it, lazy start."""
+
+    enabled: bool
+    url: str = ""
+    optional: bool = False
+    lazy_init: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> BrokerPosture:
+        broker = settings.broker
+        if broker is None or not broker.active or broker.url is None:
+            return cls(enabled=False)
+        return cls(
+            enabled=True,
+            url=mask_url(broker.url.get_secret_value(), cluster=True),
+            optional=broker.optional,
+            lazy_init=broker.lazy_init,
+        )
+
+    def fields(self) -> dict[str, Any]:
+        if not self.enabled:
+            return {"enabled": False}
+        return {"enabled": True, "url": self.url, "optional": self.optional, "lazy_init": self.lazy_init}
+
+    def line(self) -> str:
+        if not self.enabled:
+            return "broker: off"
+        return f"broker: {self.url} ({'optional' if self.optional else 'required'} for /ready)"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Posture:
-    """A summary of what protects a service: one structured log line at start-up, lines in check-config."""
+    """A summary of what protects a service: one structured log line at start-up, lines in check-config.
 
-    token: dict[str, Any]
-    policy: dict[str, Any]
-    rate_limit: dict[str, Any]
+    Each capability describes itself with its own typed record (``TokenPosture``, ``PolicyPosture``,
+    ``RateLimitPosture``, ``ResiliencePosture``): its log fields and its check-config line.
+    """
+
+    token: TokenPosture
+    policy: PolicyPosture
+    rate_limit: RateLimitPosture
     revocation: str
     grpc: str
-    broker: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
+    broker: BrokerPosture = BrokerPosture(enabled=False)
     metrics: str = "off"
     """``public <path>``, ``token <path>`` (behind token auth and policy), ``port <n> <path>`` or ``off``."""
     api_docs: str = "public"
@@ -264,17 +272,17 @@ class Posture:
     grpc_services: int = 0
     tls: bool = False
     custom_layers: dict[str, int] = field(default_factory=dict)
-    resilience: list[dict[str, Any]] = field(default_factory=list)
+    resilience: tuple[ResiliencePosture, ...] = ()
     not_applied: list[tuple[str, str]] = field(default_factory=list)
 
     def fields(self) -> dict[str, Any]:
         """The posture as log fields (``security_posture`` event)."""
         fields: dict[str, Any] = {
-            "token": self.token,
-            "policy": self.policy,
-            "rate_limit": self.rate_limit,
+            "token": self.token.fields(),
+            "policy": self.policy.fields(),
+            "rate_limit": self.rate_limit.fields(),
             "revocation": self.revocation,
-            "broker": self.broker,
+            "broker": self.broker.fields(),
             "grpc": self.grpc,
             "metrics": self.metrics,
             "api_docs": self.api_docs,
@@ -283,7 +291,7 @@ class Posture:
         if self.custom_layers:
             fields["custom_layers"] = self.custom_layers
         if self.resilience:
-            fields["resilience"] = self.resilience
+            fields["resilience"] = [layer.fields() for layer in self.resilience]
         return fields
 
     def log(self) -> None:
@@ -294,47 +302,12 @@ class Posture:
 
     def lines(self) -> list[str]:
         """The posture for a person: one line per capability."""
-        token = self.token
-        if token["enabled"]:
-            what = token.get("algorithm") or f"PASETO {token['paseto']}"
-            if "protected_paths" in token:
-                paths = f"only {', '.join(token['protected_paths'])} need a token"
-            elif token["public_paths"]:
-                paths = f"every route needs a token except /health, /ready, {', '.join(token['public_paths'])}"
-            else:
-                paths = "every route needs a token except /health and /ready"
-            token_line = f"token: {token['format']} {what}, key from {token['key']}; {paths}"
-        else:
-            token_line = "token: OFF (token.enabled = false): business routes need no token"
-        policy = self.policy
-        if policy["enabled"]:
-            policy_line = (
-                f"policy: {policy['file']}, {policy['statements']} statements, fail_open = "
-                f"{str(policy['fail_open']).lower()}, hot reload {'on' if policy['hot_reload'] else 'off'}"
-            )
-        else:
-            policy_line = "policy: off"
-        limits = self.rate_limit
-        if limits["mode"] in ("local", "distributed"):
-            limit_line = (
-                f"rate limit: {limits['mode']}, {limits['per_user_rpm']}/min per user, {limits['per_client_rpm']}/min "
-                f"per client, {limits['per_ip_rpm']}/min per IP, {limits['route_rules']} route rules"
-            )
-        elif limits["mode"] == "operator":
-            limit_line = "rate limit: wired by the operator (rate_limit.auto_apply = false)"
-        else:
-            limit_line = "rate limit: off"
         lines = [
-            token_line,
-            policy_line,
-            limit_line,
+            self.token.line(),
+            self.policy.line(),
+            self.rate_limit.line(),
             f"revocation: {self.revocation}",
-            "broker: "
-            + (
-                f"{self.broker['url']} ({'optional' if self.broker['optional'] else 'required'} for /ready)"
-                if self.broker["enabled"]
-                else "off"
-            ),
+            self.broker.line(),
             f"grpc: {self.grpc.replace('_', ' ')}",
             f"metrics: {self.metrics}",
             "api docs: "
@@ -345,9 +318,7 @@ class Posture:
             ),
             f"tls: {'on' if self.tls else 'off'}",
         ]
-        for layer in self.resilience:
-            parts = [part for part in ("breaker", "bulkhead") if layer[part]]
-            lines.append(f"resilience {layer['name']}: {' + '.join(parts)}")
+        lines.extend(layer.line() for layer in self.resilience)
         if self.custom_layers:
             lines.append("operator layers: " + ", ".join(f"{slot} {n}" for slot, n in self.custom_layers.items()))
         lines.extend(f"not applied: {key}: {reason}" for key, reason in self.not_applied)

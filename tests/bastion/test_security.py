@@ -252,14 +252,16 @@ class TestRemovedAndUnappliedKeys:
         service.use_resilience(bulkhead=False)
         posture = service.build(load_settings(path, environ={})).posture()
         assert posture.not_applied == []
-        assert posture.resilience == [{"name": "default", "breaker": True, "bulkhead": False}]
+        assert [layer.fields() for layer in posture.resilience] == [
+            {"name": "default", "breaker": True, "bulkhead": False}
+        ]
 
     def test_posture_names_the_broker_with_its_password_masked(self) -> None:
         settings = load_settings(
             environ={"SERVICE_TOKEN_ENABLED": "false", "SERVICE_BROKER_URL": "nats://app:s3cret@h:4222,nats://h2:4222"}
         )
         posture = Security.from_settings(settings, realm="x").posture()
-        assert posture.broker == {
+        assert posture.broker.fields() == {
             "enabled": True,
             "url": "nats://app:***@h:4222,nats://h2:4222",
             "optional": False,
@@ -335,7 +337,7 @@ class TestPosture:
 
     def test_posture_says_when_token_auth_is_off(self) -> None:
         posture = Security.from_settings(load_settings(environ={"SERVICE_TOKEN_ENABLED": "false"}), realm="x").posture()
-        assert posture.token == {"enabled": False}
+        assert posture.token.fields() == {"enabled": False}
         assert posture.lines()[0] == "token: OFF (token.enabled = false): business routes need no token"
 
     async def test_start_up_logs_the_posture_once(self, public_key: Path) -> None:

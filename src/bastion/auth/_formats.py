@@ -27,6 +27,8 @@ class TokenFormat:
     verifier: Callable[[TokenSettings], TokenVerifier]
     label: Callable[[TokenSettings], tuple[str, str]]
     """``(posture field, value)`` naming the algorithm: ``("algorithm", "RS256")``, ``("paseto", "v4.public")``."""
+    describe: Callable[[TokenSettings], str]
+    """How ``bastion check-config`` names the algorithm (``RS256``, ``PASETO v4.public``)."""
     wrong_minter: Callable[[TokenSettings], str]
     """What a test client says when given a minter whose tokens these settings refuse."""
     minter: str
@@ -42,6 +44,7 @@ FORMATS: dict[str, TokenFormat] = {
             bearer_format="JWT",
             verifier=JwtVerifier,
             label=lambda token: ("algorithm", token.algorithm),
+            describe=lambda token: token.algorithm,
             wrong_minter=lambda token: (
                 f"token.algorithm = {token.algorithm!r} needs a TokenMinter for {token.algorithm}"
             ),
@@ -52,6 +55,7 @@ FORMATS: dict[str, TokenFormat] = {
             bearer_format="PASETO",
             verifier=PasetoVerifier,
             label=lambda token: ("paseto", f"{token.version}.{token.purpose}"),
+            describe=lambda token: f"PASETO {token.version}.{token.purpose}",
             wrong_minter=lambda token: (
                 f"token.format = 'paseto' with purpose {token.purpose!r} needs a PasetoMinter of it"
             ),

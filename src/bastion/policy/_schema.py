@@ -20,7 +20,7 @@ from bastion.errors import ConfigError
 from bastion.policy._capability import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE
 from bastion.policy._normalize import Normalizer
 from bastion.routing._fallback import Dispatcher, empty_not_found
-from bastion.routing._resolve import DOCS_ASSET_ROUTE, RouteTable
+from bastion.routing._resolve import DOCS_ASSET_ROUTE, RouteEntry, RouteTable
 
 ANY_METHOD = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 """The actions of a route that takes every method."""
@@ -130,6 +130,14 @@ def _record(attributes: Mapping[str, tuple[dict[str, Any], bool]]) -> dict[str, 
     }
 
 
+def _path_parameters(entry: RouteEntry) -> dict[str, str]:
+    """A route's path parameters as resource attributes: ``Long`` for an ``int`` convertor, else ``String``."""
+    return {
+        name: "Long" if isinstance(convertor, IntegerConvertor) else "String"
+        for name, convertor in entry.convertors.items()
+    }
+
+
 def service_schema(
     *,
     routes: RouteTable,
@@ -168,10 +176,7 @@ def service_schema(
         # scripts and styles (hashed file names) are not: a policy reaches them through context.path.
         if entry.name == DOCS_ASSET_ROUTE:
             continue
-        params = {
-            name: "Long" if isinstance(convertor, IntegerConvertor) else "String"
-            for name, convertor in entry.convertors.items()
-        }
+        params = _path_parameters(entry)
         for method in ("GET",) if entry.websocket else sorted(entry.methods or ANY_METHOD):
             add(f"{method} {entry.template}", params, entry.template)
     for path in dispatcher.builtins:

@@ -23,6 +23,7 @@ from bastion._guard import Exemptions, Outcome
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import ResilienceSettings
 from bastion.errors import BulkheadFull, CircuitOpen
+from bastion.resilience._posture import ResiliencePosture
 from bastion.types import SCOPE_API_VERSION, Scope
 from bastion_core import (
     Bulkhead,
@@ -120,6 +121,10 @@ class ResilienceGuard:
         if self.spec.version is not None and scope.get(SCOPE_API_VERSION) != self.spec.version:
             return False
         return not self.spec.paths or path in self._exact or path.startswith(self._prefixes)
+
+    def posture(self) -> ResiliencePosture:
+        """What this layer is made of, for the security posture."""
+        return ResiliencePosture(name=self.name, breaker=self.breaker is not None, bulkhead=self.bulkhead is not None)
 
     async def enter(self) -> Ticket | None:
         """Admit one call (breaker, then bulkhead) or raise CircuitOpen / BulkheadFull (503)."""
