@@ -32,6 +32,10 @@ An HTTP request or WebSocket session ends ``"OK"`` (a response below 500, or a B
 further in), ``"INTERNAL"`` (a 5xx response, an unexpected exception) or ``"DEADLINE_EXCEEDED"`` (the timeout
 stopped its handler); a gRPC call ends with the status its client gets."""
 
+Check = Callable[[Scope], Awaitable[Outcome | None]]
+"""``async check(scope)``: a guard's check for a gRPC call, or an operator's plain gRPC hook."""
+
+
 GRPC_BUILT_IN = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.")
 """gRPC health and reflection methods: exempt from every check (spec, endpoints rule 4), as ``/health`` and
 ``/ready`` are over HTTP."""
@@ -169,7 +173,7 @@ def guard_layer(guard: Guard) -> Callable[[ASGIApp], ASGIApp]:
     return layer
 
 
-def grpc_check(guard: Guard) -> Callable[[Scope], Awaitable[Outcome | None]]:
+def grpc_check(guard: Guard) -> Check:
     """The guard's check for a gRPC call, its exemptions applied (what the gRPC server runs at its step)."""
     exemptions, check = guard.exemptions, guard.check
 
@@ -181,14 +185,15 @@ def grpc_check(guard: Guard) -> Callable[[Scope], Awaitable[Outcome | None]]:
     return hook
 
 
-def skipping_built_in(
-    hook: Callable[[Scope], Awaitable[Outcome | None]],
-) -> Callable[[Scope], Awaitable[Outcome | None]]:
+def skipping_built_in(hook: Check) -> Check:
     """An operator's plain gRPC hook (``service.use(slot, layer, grpc=hook)``), not run for health and reflection."""
-    return grpc_check(_HookGuard(hook))
+
+    async def checked(scope: Scope) -> Outcome | None:
+        if _BUILT_IN_ONLY.skips(scope):
+            return None
+        return await hook(scope)
+
+    return checked
 
 
-@dataclass(frozen=True, slots=True)
-class _HookGuard:
-    check: Callable[[Scope], Awaitable[Outcome | None]]
-    exemptions: Exemptions = Exemptions(scope_types=frozenset({"grpc"}))
+_BUILT_IN_ONLY = Exemptions(scope_types=frozenset({"grpc"}))
