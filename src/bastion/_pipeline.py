@@ -4,6 +4,10 @@ Every HTTP request and WebSocket handshake passes the steps below, top to bottom
 steps that carry a gRPC check (token auth, rate limit, policy, resilience), in the same order. A step that
 is switched off is simply not in the list: there is no other way to turn a layer off.
 
+The capability steps are guards (``bastion._guard``): one check and its exemptions, from which
+:meth:`Step.guarding` makes both the HTTP/WebSocket layer and the gRPC check. A new capability is one package
+(its guard in ``<capability>/_capability.py``) plus one entry in the list below.
+
     request_id          x-request-id kept if sane, else generated; on every response and log line. The one
                         place response headers are added: the id, the security headers (nosniff, frame
                         denial, referrer policy, HSTS over TLS; [middleware.security_headers]) and what later
