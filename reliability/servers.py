@@ -63,12 +63,18 @@ def admin_token(ws: Workspace) -> str:
 
 @contextlib.contextmanager
 def bastion(
-    ws: Workspace, env: dict[str, str] | None = None, *, separate_grpc: bool = False, never_limit: bool = True
+    ws: Workspace,
+    env: dict[str, str] | None = None,
+    *,
+    separate_grpc: bool = False,
+    never_limit: bool = True,
+    app: str = EXAMPLE_APP,
 ) -> Iterator[Bastion]:
-    """The documents example with token auth, revocation, Cedar policy and gRPC, on free loopback ports."""
+    """The documents example with token auth, revocation, Cedar policy and gRPC, on free loopback ports (``app``:
+    another service object run with the example's configuration, e.g. :mod:`reliability.resilient_app`)."""
     port = free_port()
     grpc_port = free_port() if separate_grpc else None
-    argv = [venv_script("bastion"), "run", EXAMPLE_APP, "--config", EXAMPLE_CONFIG]
+    argv = [venv_script("bastion"), "run", app, "--config", EXAMPLE_CONFIG]
     argv += ["--host", "127.0.0.1", "--port", str(port)]
     full_env = {
         **_pythonpath(),

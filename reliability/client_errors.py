@@ -1,0 +1,156 @@
+"""A valid user's bad input: JSON nested 100,000 deep into a protected PUT, gRPC calls whose request message is
+missing or cut short. Each is the client's fault: a 4xx (gRPC: INVALID_ARGUMENT or INTERNAL), never a 5xx, never a
+circuit breaker opening, never a traceback or an error-level line in the server's log.
+
+The server is :mod:`reliability.resilient_app`: the example with a breaker over every route and method that opens
+after a few failures, so a client error counted as a failure shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from hpack import Decoder, Encoder
+
+from reliability import probes, servers
+from reliability.figures import Figure, equals, is_true
+from reliability.run import Context
+
+RESILIENT_APP = "reliability.resilient_app:service"
+BREAKER = "reliability"
+"""The name of :mod:`reliability.resilient_app`'s breaker (the label of its state in ``/metrics``)."""
+NESTED_BODIES = {
+    "200 KB of [": b"[" * 200_000,
+    "[ x 100,000 then ] x 100,000": b"[" * 100_000 + b"]" * 100_000,
+}
+INVALID_ARGUMENT, INTERNAL = "3", "13"
+CALL_WITHIN_SECS = 5.0
+BREAKER_STATE = re.compile(rf'^bastion_circuit_breaker_state\{{breaker="{BREAKER}"\}} (\S+)$', re.M)
+
+
+def _prefixed(message: bytes, length: int | None = None) -> bytes:
+    """A gRPC length-prefixed message whose prefix announces ``length`` bytes (default: its own length)."""
+    return b"\x00" + (len(message) if length is None else length).to_bytes(4, "big") + message
+
+
+BROKEN_MESSAGES: dict[str, Callable[[], list[tuple[int, bytes]]]] = {
+    "no message": lambda: [],
+    "message cut short": lambda: [(probes.END_STREAM, _prefixed(b"\x08", length=100))],
+    "prefix cut short": lambda: [(probes.END_STREAM, b"\x00\x00\x00")],
+    "message announced, none sent": lambda: [(probes.END_STREAM, _prefixed(b"", length=20))],
+}
+METHODS = ("ListDocuments", "GetDocument")
+
+
+async def _broken_call(port: int, token: str, method: str, data: list[tuple[int, bytes]]) -> tuple[str, str]:
+    """One call with ``data`` as its DATA frames (no DATA: HEADERS ends the stream): the ``:status`` and
+    ``grpc-status`` it ended with (``"-"`` where none came within ``CALL_WITHIN_SECS``)."""
+    connection = await probes.H2Connection.open(port, source=probes.ATTACKER)
+    decoder = Decoder()
+    fields: dict[str, str] = {}
+    try:
+        block = Encoder().encode(probes.grpc_request_fields(port, token, method))
+        flags = probes.END_HEADERS | (0 if data else probes.END_STREAM)
+        frames = probes.frame(probes.HEADERS, flags, 1, block)
+        frames += b"".join(probes.frame(probes.DATA, data_flags, 1, payload) for data_flags, payload in data)
+        await connection.send(frames)
+        async with asyncio.timeout(CALL_WITHIN_SECS):
+            while "grpc-status" not in fields:
+                kind, _flags, stream, payload = await probes.read_frame(connection.reader)
+                if kind == probes.HEADERS and stream == 1:
+                    fields.update((str(name), str(value)) for name, value in decoder.decode(payload))
+                elif kind == probes.RST_STREAM and stream == 1:
+                    fields["grpc-status"] = f"RST_STREAM {int.from_bytes(payload, 'big')}"
+                elif kind == probes.GOAWAY:
+                    fields["grpc-status"] = f"GOAWAY {int.from_bytes(payload[4:8], 'big')}"
+    except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
+        pass
+    finally:
+        await connection.close()
+    return fields.get(":status", "-"), fields.get("grpc-status", "-")
+
+
+def _nested_statuses(app: servers.Bastion, rounds: int) -> list[int]:
+    url = f"{app.url}/api/v1/documents/alice/doc-1"
+    headers = {**app.auth(), "Content-Type": "application/json"}
+    statuses = []
+    with httpx.Client(timeout=10.0) as client:
+        for _ in range(rounds):
+            for body in NESTED_BODIES.values():
+                statuses.append(client.put(url, content=body, headers=headers).status_code)
+    return statuses
+
+
+async def _broken_calls(port: int, token: str, rounds: int) -> list[tuple[str, str]]:
+    answers = []
+    for _ in range(rounds):
+        for method in METHODS:
+            for shape in BROKEN_MESSAGES.values():
+                answers.append(await _broken_call(port, token, method, shape()))
+    return answers
+
+
+def _breaker_state(app: servers.Bastion) -> float | None:
+    match = BREAKER_STATE.search(httpx.get(f"{app.url}/metrics", timeout=5.0).text)
+    return float(match.group(1)) if match else None
+
+
+def _log_counts(path: Path) -> tuple[int, int, int]:
+    """Tracebacks, error-level lines and breaker openings in the server's output (JSON lines, or raw text)."""
+    tracebacks = errors = openings = 0
+    for line in path.read_text(errors="replace").splitlines():
+        tracebacks += "Traceback (most recent call last)" in line
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        errors += event.get("level") in ("error", "critical")
+        openings += event.get("event") == "circuit_breaker_state_changed" and event.get("new_state") == "open"
+    return tracebacks, errors, openings
+
+
+def client_errors(ctx: Context) -> list[Figure]:
+    name = "client errors"
+    rounds = 3 if ctx.quick else 25
+    with servers.bastion(ctx.ws, app=RESILIENT_APP) as app:
+        nested = _nested_statuses(app, rounds)
+        calls = asyncio.run(_broken_calls(app.port, app.user_token, rounds))
+        state = _breaker_state(app)
+        http_ok = servers.served(f"{app.url}/api/v1/documents", app.auth(), timeout=5.0)
+        grpc_ok = asyncio.run(probes.once(probes.grpc_probe(app.port, app.user_token)))
+        log_path = app.server.log_path
+    tracebacks, errors, openings = _log_counts(log_path)  # read once the server has stopped: all of its output
+    ended = sum(status == "200" and grpc in (INVALID_ARGUMENT, INTERNAL) for status, grpc in calls)
+    return [
+        equals(
+            name,
+            "nested JSON bodies answered 5xx",
+            sum(status >= 500 for status in nested),
+            0,
+            note=f"{len(nested)} PUTs; answers: {sorted(set(nested))}",
+        ),
+        equals(name, "nested JSON bodies answered 4xx", sum(400 <= status < 500 for status in nested), len(nested)),
+        equals(
+            name,
+            "gRPC calls, message missing or cut short: ended INVALID_ARGUMENT or INTERNAL",
+            ended,
+            len(calls),
+            note=f"(:status, grpc-status) seen: {sorted(set(calls))}",
+        ),
+        equals(name, "circuit breaker openings", openings, 0),
+        equals(name, "circuit breaker state after (0 = closed)", state, 0),
+        equals(name, "tracebacks in the server's log", tracebacks, 0),
+        equals(name, "error-level lines in the server's log", errors, 0),
+        is_true(name, "HTTP/1.1 served after", http_ok is not None),
+        is_true(name, "gRPC served after", grpc_ok),
+    ]
+
+
+SCENARIOS = {"client-errors": client_errors}
