@@ -9,10 +9,8 @@ after a few failures, so a client error counted as a failure shows.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 from hpack import Decoder, Encoder
@@ -100,22 +98,6 @@ def _breaker_state(app: servers.Bastion) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def _log_counts(path: Path) -> tuple[int, int, int]:
-    """Tracebacks, error-level lines and breaker openings in the server's output (JSON lines, or raw text)."""
-    tracebacks = errors = openings = 0
-    for line in path.read_text(errors="replace").splitlines():
-        tracebacks += "Traceback (most recent call last)" in line
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(event, dict):
-            continue
-        errors += event.get("level") in ("error", "critical")
-        openings += event.get("event") == "circuit_breaker_state_changed" and event.get("new_state") == "open"
-    return tracebacks, errors, openings
-
-
 def client_errors(ctx: Context) -> list[Figure]:
     name = "client errors"
     rounds = 3 if ctx.quick else 25
@@ -125,8 +107,11 @@ def client_errors(ctx: Context) -> list[Figure]:
         state = _breaker_state(app)
         http_ok = servers.served(f"{app.url}/api/v1/documents", app.auth(), timeout=5.0)
         grpc_ok = asyncio.run(probes.once(probes.grpc_probe(app.port, app.user_token)))
-        log_path = app.server.log_path
-    tracebacks, errors, openings = _log_counts(log_path)  # read once the server has stopped: all of its output
+    log = servers.ServerLog.read(app.server.log_path)
+    openings = sum(
+        event.get("event") == "circuit_breaker_state_changed" and event.get("new_state") == "open"
+        for event in log.events
+    )
     ended = sum(status == "200" and grpc in (INVALID_ARGUMENT, INTERNAL) for status, grpc in calls)
     return [
         equals(
@@ -146,8 +131,7 @@ def client_errors(ctx: Context) -> list[Figure]:
         ),
         equals(name, "circuit breaker openings", openings, 0),
         equals(name, "circuit breaker state after (0 = closed)", state, 0),
-        equals(name, "tracebacks in the server's log", tracebacks, 0),
-        equals(name, "error-level lines in the server's log", errors, 0),
+        *log.figures(name),
         is_true(name, "HTTP/1.1 served after", http_ok is not None),
         is_true(name, "gRPC served after", grpc_ok),
     ]

@@ -305,7 +305,7 @@ def http2_floods(ctx: Context) -> list[Figure]:
             rounds, served = asyncio.run(_flooding(app.port, shape, window))
             figures += _flood_figures(name, case, rounds, served)
         figures += _served_after(name, app)
-    return figures
+    return figures + servers.ServerLog.read(app.server.log_path).figures(name)
 
 
 def _served_after(scenario: str, app: servers.Bastion) -> list[Figure]:
@@ -377,7 +377,7 @@ def http2_dos(ctx: Context) -> list[Figure]:
             equals(name, "/health failed during the attacks", served.sent - served.ok, 0, note=f"{served.sent} sent")
         )
         figures += _served_after(name, app)
-    return figures
+    return figures + servers.ServerLog.read(app.server.log_path).figures(name)
 
 
 def _dos_figures(scenario: str, case_name: str, case: DosCase, result: Round, growth: int | None) -> list[Figure]:

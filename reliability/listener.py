@@ -69,6 +69,7 @@ def pipelining(ctx: Context) -> list[Figure]:
             unit=" MB",
         ),
         *_legit_figures(name, served),
+        *servers.ServerLog.read(app.server.log_path).figures(name),
     ]
 
 
@@ -197,6 +198,7 @@ def half_heads(ctx: Context) -> list[Figure]:
             heads,
             note=f"{tally.most_open} open at most, {tally.failed} connects failed",
         ),
+        *servers.ServerLog.read(app.server.log_path).figures(name),
     ]
 
 
@@ -328,6 +330,7 @@ def idle_http2(ctx: Context) -> list[Figure]:
         at_least(name, "connections closed by the idle timeout", tally.timed_out, 1),
         at_least(name, "connections made", opened, total),
         *_legit_figures(name, served),
+        *servers.ServerLog.read(app.server.log_path).figures(name),
     ]
 
 
