@@ -31,9 +31,10 @@ ENHANCE_YOUR_CALM = 0xB
 GOAWAY_WITHIN_SECS = 1.0
 """A flood of control or empty frames gets GOAWAY ENHANCE_YOUR_CALM within this, as does any frame flood whose
 answers the attacker reads (issue 27)."""
-UNREAD_ENDED_WITHIN_SECS = 5.0
-"""A flood whose answers the attacker leaves unread: the server stops taking its bytes (GOAWAY and close, or it
-stops reading) within this; the kernel's socket buffers take a few MB before the server's own queue grows."""
+UNREAD_ENDED_WITHIN_SECS = 8.0
+"""A flood whose answers the attacker leaves unread: the server stops taking its bytes (it cuts the connection off,
+or stops reading it) within this. A GOAWAY queued behind unread answers cannot arrive: the server gives it two
+lingers (4 s) before it aborts the connection, so this is its decision plus those 4 s, plus slack."""
 HEALTH_P99_SECS = 0.1
 RSS_GROWTH_BYTES = 50 * MB
 STALL_SECS = 0.2
