@@ -1,15 +1,18 @@
-"""A valid user's bad input: JSON nested 100,000 deep into a protected PUT, gRPC calls whose request message is
-missing or cut short. Each is the client's fault: a 4xx (gRPC: INVALID_ARGUMENT or INTERNAL), never a 5xx, never a
-circuit breaker opening, never a traceback or an error-level line in the server's log.
+"""A client's bad input: JSON nested 100,000 deep into a protected PUT, gRPC calls whose request message is missing
+or cut short, SMTP lines over RFC 5321's lengths. Each is the client's fault: a 4xx (gRPC: INVALID_ARGUMENT or
+INTERNAL; SMTP: 500 and the session goes on), never a 5xx, never a circuit breaker opening, never a traceback or an
+error-level line in the server's log.
 
-The server is :mod:`reliability.resilient_app`: the example with a breaker over every route and method that opens
-after a few failures, so a client error counted as a failure shows.
+The HTTP and gRPC server is :mod:`reliability.resilient_app`: the example with a breaker over every route and
+method that opens after a few failures, so a client error counted as a failure shows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import smtplib
 from collections.abc import Callable
 
 import httpx
@@ -140,4 +143,69 @@ def client_errors(ctx: Context) -> list[Figure]:
     ]
 
 
-SCENARIOS = {"client-errors": client_errors}
+LONG_COMMAND_ARGUMENT = "x" * 10_000
+LONG_TEXT_LINE = b"y" * 1_000_000
+LONG_LINE_SUBJECT = b"holding an over-long line"
+
+
+def _long_lines_session(port: int, number: int) -> tuple[int, int, int]:
+    """One session from the attacker's address: the replies to a 10,000-octet command line, to the end of a message
+    holding a 1,000,000-octet line, and to a normal mail after them in the same session (0: the session broke)."""
+    replies = [0, 0, 0]
+    with (
+        contextlib.suppress(OSError, smtplib.SMTPException),
+        smtplib.SMTP(
+            "127.0.0.1", port, local_hostname="lines.test", timeout=10.0, source_address=(probes.ATTACKER, 0)
+        ) as smtp,
+    ):
+        smtp.ehlo()
+        replies[0] = smtp.docmd("NOOP", LONG_COMMAND_ARGUMENT)[0]
+        replies[1] = _send(smtp, b"Subject: " + LONG_LINE_SUBJECT + b"\r\n\r\n" + LONG_TEXT_LINE + b"\r\n")
+        smtp.rset()
+        replies[2] = _send(smtp, servers.smtp_message(f"after long lines {number}"))
+    return replies[0], replies[1], replies[2]
+
+
+def _send(smtp: smtplib.SMTP, message: bytes) -> int:
+    smtp.mail("lines@lines.test")
+    smtp.rcpt(servers.RCPT)
+    try:
+        return smtp.data(message)[0]
+    except smtplib.SMTPResponseException as exc:
+        return exc.smtp_code
+
+
+def smtp_long_lines(ctx: Context) -> list[Figure]:
+    """Sessions that send a command line and a text line far over RFC 5321's lengths (4.5.3.1.4: 512 octets,
+    4.5.3.1.6: 1000), then a normal mail: 500 for each long line, the session goes on, only the normal mail posted."""
+    name = "SMTP long lines"
+    sessions = 3 if ctx.quick else 50
+    from mailrelay.testing import WebhookReceiver
+
+    with WebhookReceiver() as receiver, servers.relay(ctx.ws, receiver.url) as relay:
+        replies = [_long_lines_session(relay.smtp_port, number) for number in range(sessions)]
+        posted = receiver.wait_for(sessions, timeout=10.0)
+    long_posted = sum(LONG_LINE_SUBJECT in request.body for request in posted)
+    commands, texts, afters = zip(*replies, strict=True)
+    return [
+        equals(
+            name,
+            "10,000-octet command lines answered 500",
+            commands.count(500),
+            sessions,
+            note=f"replies: {sorted(set(commands))}",
+        ),
+        equals(
+            name,
+            "1,000,000-octet text lines answered 500 after the data",
+            texts.count(500),
+            sessions,
+            note=f"replies: {sorted(set(texts))}",
+        ),
+        equals(name, "normal mails after them answered 250", afters.count(250), sessions),
+        equals(name, "webhooks for the mails with a long line", long_posted, 0, note=f"{len(posted)} webhooks"),
+        *servers.ServerLog.read(relay.server.log_path).figures(name),
+    ]
+
+
+SCENARIOS = {"client-errors": client_errors, "smtp-long-lines": smtp_long_lines}
