@@ -322,15 +322,11 @@ def http2_errors(ctx: Context) -> list[Figure]:
                 note=probes.goaway_note(code, 0xB),
             )
         )
-        http_ok = asyncio.run(_once(probes.http_probe(f"{app.url}/api/v1/documents", app.auth())))
-        grpc_ok = asyncio.run(_once(probes.grpc_probe(port, app.user_token)))
+        http_ok = asyncio.run(probes.once(probes.http_probe(f"{app.url}/api/v1/documents", app.auth())))
+        grpc_ok = asyncio.run(probes.once(probes.grpc_probe(port, app.user_token)))
     figures.append(is_true(name, "HTTP/1.1 served after", http_ok))
     figures.append(is_true(name, "gRPC served after", grpc_ok))
     return figures
-
-
-async def _once(probe: Callable[[], Awaitable[bool]]) -> bool:
-    return await probe()
 
 
 def idle_smtp(ctx: Context) -> list[Figure]:
