@@ -42,6 +42,7 @@ STALL_SECS = 0.2
 DRAIN_SECS = 5.0
 """How long an attacker that did not read reads afterwards, to find the server's GOAWAY behind its answers."""
 ROUNDS_MAX = 200
+HANDSHAKE_SECS = 5.0
 PROBE_INTERVAL_SECS = 0.01
 MAX_STREAM_ID = 2**31 - 1
 MAX_WINDOW = 2**31 - 1
@@ -108,7 +109,8 @@ def _handshake(sock: socket.socket, settings: bytes) -> None:
     """Preface and SETTINGS, then the server's SETTINGS acknowledged (its other frames are dropped)."""
     sock.sendall(probes.PREFACE + probes.frame(probes.SETTINGS, 0, 0, settings))
     buffer = bytearray()
-    while True:  # bounded by the socket's timeout per read
+    deadline = time.monotonic() + HANDSHAKE_SECS
+    while time.monotonic() < deadline:
         chunk = sock.recv(65536)
         if not chunk:
             raise ConnectionError("the server closed the connection during the HTTP/2 handshake")
@@ -117,6 +119,7 @@ def _handshake(sock: socket.socket, settings: bytes) -> None:
             if kind == probes.SETTINGS and not flags & probes.ACK:
                 sock.sendall(probes.frame(probes.SETTINGS, probes.ACK, 0))
                 return
+    raise TimeoutError(f"no SETTINGS frame from the server within {HANDSHAKE_SECS:g} s")
 
 
 def _watch(sock: socket.socket, started: float, deadline: float, result: Round, ended: threading.Event) -> None:
@@ -148,13 +151,13 @@ def _repeat(block: bytes, times: int) -> Callable[[], Iterator[bytes]]:
     return lambda: itertools.repeat(unit)
 
 
-def _streams(block: Callable[[Encoder, int], bytes], per_unit: int, first: int = 1) -> Callable[[], Iterator[bytes]]:
-    """Units of ``per_unit`` new streams each (odd ids from ``first``), ``block(encoder, stream)`` per stream; one
-    HPACK encoder per connection, as the server's decoder expects."""
+def _streams(block: Callable[[Encoder, int], bytes], per_unit: int) -> Callable[[], Iterator[bytes]]:
+    """Units of ``per_unit`` new streams each (odd ids from 1), ``block(encoder, stream)`` per stream; one HPACK
+    encoder per connection, as the server's decoder expects."""
 
     def units() -> Iterator[bytes]:
         encoder = Encoder()
-        for start in range(first, MAX_STREAM_ID - 2 * per_unit, 2 * per_unit):
+        for start in range(1, MAX_STREAM_ID - 2 * per_unit, 2 * per_unit):
             yield b"".join(block(encoder, stream) for stream in range(start, start + 2 * per_unit, 2))
 
     return units
@@ -192,7 +195,13 @@ def priority_flood() -> Flood:
 def reset_flood(port: int) -> Flood:
     """CVE-2019-9514: calls with a content type gRPC refuses (the server answers 415 and resets each stream),
     on new streams without end; the attacker never reads the answers."""
-    fields = [*probes.grpc_request_fields(port, "")[:4], ("content-type", "text/plain")]
+    fields = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/documents.v1.DocumentService/ListDocuments"),
+        (":authority", f"127.0.0.1:{port}"),
+        ("content-type", "text/plain"),
+    ]
 
     def block(encoder: Encoder, stream: int) -> bytes:
         return probes.frame(probes.HEADERS, probes.END_HEADERS, stream, encoder.encode(fields))
@@ -210,7 +219,7 @@ def empty_header_names() -> Flood:
     return Flood(units=_streams(block, 16))
 
 
-def empty_header_frames(port: int, token: str) -> Flood:
+def empty_header_frames() -> Flood:
     """CVE-2019-9516 and -9518 in frames: a HEADERS frame without payload and without END_HEADERS, then
     CONTINUATION frames without payload, forever."""
     opening = probes.frame(probes.HEADERS, 0, 1)
@@ -332,7 +341,7 @@ def _dos_cases(port: int, token: str) -> dict[str, DosCase]:
         "PRIORITY flood (CVE-2019-9513)": DosCase(shape=priority_flood()),
         "reset flood, unread (CVE-2019-9514)": DosCase(shape=reset_flood(port)),
         "zero-length header names (CVE-2019-9516)": DosCase(shape=empty_header_names()),
-        "empty HEADERS + CONTINUATION frames (CVE-2019-9516)": DosCase(shape=empty_header_frames(port, token)),
+        "empty HEADERS + CONTINUATION frames (CVE-2019-9516)": DosCase(shape=empty_header_frames()),
         "large answers, unread (CVE-2019-9517)": DosCase(shape=response_buffering(port, token), stall_ends=True),
         "CONTINUATION flood (CVE-2024-27316)": DosCase(shape=continuation_flood(port, token)),
     }
