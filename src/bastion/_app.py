@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute
 
 from bastion._api_docs import ApiDocs
 from bastion._claims import current_claims, optional_claims
+from bastion._connections import ConnectionSlots
 from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
 from bastion._metrics import Metrics, serve_metrics
 from bastion._parts import SECURITY_SLOTS, ServiceParts, Slot
@@ -320,6 +321,7 @@ class BastionApp:
         # Imported here: grpclib registers the grpc.health/reflection protos in protobuf's default pool, which
         # would clash with grpcio's own health package in services that never enable gRPC.
         from bastion.grpc._interceptors import GrpcGuard
+        from bastion.grpc._limits import Http2Limits
         from bastion.grpc._server import GrpcServer
 
         settings = self.settings
@@ -336,12 +338,14 @@ class BastionApp:
             healthy, _ = await self.health.readiness()
             return healthy
 
-        self.grpc = GrpcServer(self.parts.grpc_services, guard=guard, ready=ready)
+        limits = Http2Limits.of(settings.grpc, max_header_bytes=settings.service.max_header_bytes)
+        self.grpc = GrpcServer(self.parts.grpc_services, guard=guard, ready=ready, limits=limits)
         if settings.grpc.use_separate_port:
             await self.grpc.start(
                 settings.service.host,
                 settings.grpc.port,
                 preface_timeout_secs=settings.service.header_read_timeout_secs,
+                slots=ConnectionSlots(settings.service.max_connections, settings.service.max_connections_per_ip),
             )
         else:
             state[H2_PROTOCOL_FACTORY] = self.grpc.protocol_factory

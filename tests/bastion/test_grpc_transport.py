@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bastion.grpc._server import CoalescingTransport
+from bastion.grpc._protocol import CoalescingTransport
 
 
 class Recording(asyncio.Transport):
@@ -80,6 +80,29 @@ async def test_answer_and_close_sends_fin_and_closes_only_after_the_linger() -> 
     assert not real.closed
 
 
+async def test_past_the_flush_size_the_writes_go_out_at_once() -> None:
+    """So the socket's flow control (pause_writing) can stop a handler that answers without yielding."""
+    from bastion.grpc._protocol import FLUSH_AT_BYTES
+
+    real = Recording()
+    transport = CoalescingTransport(real, asyncio.get_running_loop())
+    transport.write(b"x" * (FLUSH_AT_BYTES - 1))
+    assert real.writes == []
+    transport.write(b"y")
+    assert real.writes == [b"x" * (FLUSH_AT_BYTES - 1) + b"y"]
+    await asyncio.sleep(0)
+    assert len(real.writes) == 1
+
+
+async def test_nothing_is_written_after_the_goaway() -> None:
+    real = Recording()
+    transport = CoalescingTransport(real, asyncio.get_running_loop())
+    transport.answer_and_close(b"goaway")
+    transport.write(b"a late answer of a call being cancelled")
+    await asyncio.sleep(0)
+    assert real.writes == [b"goaway", b"<FIN>"]
+
+
 async def test_a_transport_closed_under_it_is_not_written_to() -> None:
     real = Recording()
     transport = CoalescingTransport(real, asyncio.get_running_loop())
@@ -110,13 +133,39 @@ async def test_the_servers_connections_use_it_and_the_answer_encoder() -> None:
 
 
 def test_the_reset_budget_allows_a_burst_then_the_rate() -> None:
-    from bastion.grpc._server import RESET_BURST, RESETS_PER_SEC, ResetBudget
+    from bastion.grpc._limits import RESET_BURST, RESETS_PER_SEC, reset_budget
 
     now = [100.0]
-    budget = ResetBudget(lambda: now[0])
+    budget = reset_budget(lambda: now[0])
     assert all(budget.take() for _ in range(RESET_BURST))
     assert not budget.take()
     now[0] += 10.5 / RESETS_PER_SEC  # time for ten and a half more
     assert [budget.take() for _ in range(11)] == [True] * 10 + [False]
     now[0] += 3600.0  # refilled, never above the burst
     assert sum(budget.take() for _ in range(RESET_BURST + 5)) == RESET_BURST
+
+
+async def test_a_connection_advertises_its_stream_limit_and_releases_its_slot_when_lost() -> None:
+    import struct
+
+    from bastion._connections import ConnectionSlots
+    from bastion.grpc._interceptors import GrpcGuard
+    from bastion.grpc._limits import Http2Limits
+    from bastion.grpc._server import GrpcServer
+
+    async def ready() -> bool:
+        return True
+
+    limits = Http2Limits(max_concurrent_streams=7)
+    server = GrpcServer([], guard=GrpcGuard(steps=[], max_message_size=1024), ready=ready, limits=limits)
+    slots = ConnectionSlots(10)
+    protocol: Any = server.protocol_factory()
+    protocol.slot = slots.take("127.0.0.1")
+    real = Recording()
+    protocol.connection_made(real)
+    await asyncio.sleep(0)
+    written = b"".join(real.writes)
+    assert b"\x04\x00\x00\x00\x00\x00" + struct.pack(">HI", 0x3, 7) in written  # SETTINGS_MAX_CONCURRENT_STREAMS
+    assert slots.total == 1
+    protocol.connection_lost(None)
+    assert slots.total == 0

@@ -18,7 +18,7 @@ from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from h2.events import RemoteSettingsChanged, ResponseReceived, TrailersReceived
 
-from bastion.grpc._server import RESET_BURST
+from bastion.grpc._limits import RESET_BURST
 from bastion.testing import TokenMinter
 from bastion_core.testing import free_port
 from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
@@ -374,7 +374,9 @@ def test_http2_is_refused_where_grpc_is_disabled(
 ) -> None:
     process = bastion_process(*EXAMPLE, env={**key_env, "SERVICE_GRPC_ENABLED": "false"})
     with socket.create_connection(("127.0.0.1", process.port), timeout=10) as sock:
-        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        # The preface and an empty SETTINGS frame: the sniffer decides at once (with the preface alone it waits
+        # for the first frame until its 10 s timeout, which would race this socket's).
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         assert sock.recv(1024) == b""
     with grpc.insecure_channel(f"127.0.0.1:{process.port}") as chan, pytest.raises(grpc.RpcError) as info:
         pb_grpc.DocumentServiceStub(chan).ListDocuments(pb.ListDocumentsRequest(), timeout=5)
