@@ -113,6 +113,7 @@ EXPECTED = {
         "TokenError",
         "TokenExpired",
         "TokenRevoked",
+        "TransferCodingNotImplemented",
         "Unavailable",
         "UnsupportedMediaType",
         "ValidationFailed",

@@ -7,7 +7,12 @@ connection is lost, so HTTP/2 and upgraded connections count as long as they liv
 
 from __future__ import annotations
 
+import math
 from enum import Enum
+
+REFUSAL_LOG_INTERVAL_SECS = 1.0
+"""At most one ``connection_refused`` line per reason in this time: a flood of refused connections does not flood
+the log (each line counts the refusals since the previous one)."""
 
 
 class Refusal(Enum):
@@ -39,13 +44,15 @@ class ConnectionSlots:
     A connection without an address (a Unix socket) counts in the total only.
     """
 
-    __slots__ = ("by_address", "max_connections", "max_per_address", "total")
+    __slots__ = ("_logged_at", "_unlogged", "by_address", "max_connections", "max_per_address", "total")
 
     def __init__(self, max_connections: int, max_per_address: int = 0) -> None:
         self.max_connections = max_connections
         self.max_per_address = max_per_address
         self.total = 0
         self.by_address: dict[str, int] = {}
+        self._unlogged: dict[Refusal, int] = {}
+        self._logged_at: dict[Refusal, float] = {}
 
     def refusal(self, address: str | None) -> Refusal | None:
         """Why a new connection from ``address`` would be refused now, or ``None`` when it may be admitted."""
@@ -61,6 +68,17 @@ class ConnectionSlots:
         if address is not None:
             self.by_address[address] = self.by_address.get(address, 0) + 1
         return Slot(self, address)
+
+    def note_refusal(self, refusal: Refusal, now: float) -> int:
+        """Count a refused connection. Returns how many were refused for this reason since its last log line when
+        a line is due (the first refusal, then at most one per ``REFUSAL_LOG_INTERVAL_SECS``), else ``0``."""
+        refused = self._unlogged.get(refusal, 0) + 1
+        if now - self._logged_at.get(refusal, -math.inf) < REFUSAL_LOG_INTERVAL_SECS:
+            self._unlogged[refusal] = refused
+            return 0
+        self._unlogged[refusal] = 0
+        self._logged_at[refusal] = now
+        return refused
 
     def _release(self, address: str | None) -> None:
         self.total -= 1

@@ -131,9 +131,10 @@ def uvicorn_config(
         timeout_graceful_shutdown=round(settings.service.graceful_shutdown_secs),
         # uvicorn takes whole seconds; a fraction rounds up rather than to an immediate close.
         timeout_keep_alive=math.ceil(settings.service.keep_alive_timeout_secs),
-        # No limit_concurrency: SniffingProtocol caps connections at the accept (service.max_connections).
-        # uvicorn's check runs only once a head is parsed, also counts in-flight requests, refuses the Nth
-        # connection rather than the N+1th and answers in plain text.
+        # No limit_concurrency: SniffingProtocol admits connections at the accept against config.slots
+        # (service.max_connections, service.max_connections_per_ip; every protocol counts). uvicorn's check runs
+        # only once a head is parsed, also counts in-flight requests, refuses the Nth connection rather than the
+        # N+1th, misses HTTP/2 and answers in plain text.
         workers=workers,
         factory=factory,
         ssl_certfile=settings.service.tls_cert_path,

@@ -19,6 +19,7 @@
     ├── ValidationFailed              422 VALIDATION_ERROR
     ├── RateLimitExceeded             429 RATE_LIMIT_EXCEEDED (+ retry_after)
     ├── PolicyError                   500 POLICY_ERROR
+    ├── TransferCodingNotImplemented  501 NOT_IMPLEMENTED (written by the listener itself)
     ├── CacheStoreError               500 CACHE_STORE_ERROR
     ├── Unavailable                   503 SERVICE_UNAVAILABLE
     │   ├── CircuitOpen
@@ -71,6 +72,7 @@ __all__ = [
     "TokenError",
     "TokenExpired",
     "TokenRevoked",
+    "TransferCodingNotImplemented",
     "Unavailable",
     "UnsupportedMediaType",
     "ValidationFailed",
@@ -195,9 +197,11 @@ class RateLimitExceeded(BastionError):
         "RESOURCE_EXHAUSTED",
     )
 
-    def __init__(self, *, retry_after: int, headers: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(
+        self, message: str | None = None, *, retry_after: int, headers: Sequence[tuple[str, str]] = ()
+    ) -> None:
         self.retry_after = max(0, int(retry_after))
-        super().__init__(headers=[("retry-after", str(self.retry_after)), *headers])
+        super().__init__(message, headers=[("retry-after", str(self.retry_after)), *headers])
 
     def body(self) -> dict[str, Any]:
         return {**super().body(), "retry_after": self.retry_after}
@@ -207,6 +211,13 @@ class PolicyError(BastionError):
     """The policy could not be evaluated (and ``fail_open`` is false)."""
 
     code, message = "POLICY_ERROR", "Policy evaluation failed"
+
+
+class TransferCodingNotImplemented(BastionError):
+    """The request body has a transfer coding other than chunked, which the server does not decode (RFC 9112 6.1)."""
+
+    status, code, grpc_status = 501, "NOT_IMPLEMENTED", "UNIMPLEMENTED"
+    message = "Transfer coding not implemented"
 
 
 class CacheStoreError(BastionError):

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from fastapi import WebSocket
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.server import ServerState
 
 from bastion import Service, load_settings
 from bastion import _listener as server_module
+from bastion._connections import UNCOUNTED, Slot
 from bastion._listener import (
     GOAWAY_PROTOCOL_ERROR,
     H2_PREFACE,
     HEADERS_TOO_LARGE_RESPONSE,
     TOO_MANY_CONNECTIONS_RESPONSE,
+    TOO_MANY_FROM_ADDRESS_RESPONSE,
+    ListenerConfig,
     ListenerLimits,
     SniffingProtocol,
+    WebSocketProtocol,
 )
+from bastion._listener import _sniffer as sniffer_module
 from bastion._runner import uvicorn_config
 from tests.conftest import TOKEN_OFF
 
@@ -43,6 +50,15 @@ TOO_MANY_CONNECTIONS = (
     b"\r\n"
     b'{"error":"Service unavailable: too many connections","code":"SERVICE_UNAVAILABLE","status":503}'
 )
+TOO_MANY_FROM_ADDRESS = (
+    b"HTTP/1.1 429 Too Many Requests\r\n"
+    b"content-type: application/json\r\n"
+    b"content-length: 108\r\n"
+    b"retry-after: 1\r\n"
+    b"connection: close\r\n"
+    b"\r\n"
+    b'{"error":"Too many connections from this address","code":"RATE_LIMIT_EXCEEDED","status":429,"retry_after":1}'
+)
 # Small limits so that the cases stay small and fast.
 LIMITS_ENV = {
     "SERVICE_MAX_HEADER_BYTES": "2048",
@@ -63,23 +79,33 @@ class Listener:
 
     def __init__(self) -> None:
         self.state = ServerState()
+        self.configs: list[ListenerConfig] = []
         self.servers: list[asyncio.Server] = []
         self.writers: list[asyncio.StreamWriter] = []
 
     async def __call__(
-        self, protocol: type[SniffingProtocol], *, environ: dict[str, str] | None = None
+        self,
+        protocol: type[SniffingProtocol],
+        *,
+        environ: dict[str, str] | None = None,
+        service: Service | None = None,
     ) -> asyncio.Server:
         settings = load_settings(environ={**TOKEN_OFF, **(environ or {})})
-        config = uvicorn_config(app_service().build(settings), settings, host="127.0.0.1", port=0)
+        config = uvicorn_config((service or app_service()).build(settings), settings, host="127.0.0.1", port=0)
         config.load()
+        assert isinstance(config, ListenerConfig)
+        self.configs.append(config)
         server = await asyncio.get_running_loop().create_server(
             lambda: protocol(config=config, server_state=self.state, app_state={}), "127.0.0.1", 0
         )
         self.servers.append(server)
         return server
 
-    async def connect(self, server: asyncio.Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
+    async def connect(
+        self, server: asyncio.Server, *, source: str = "127.0.0.1"
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A client connection from loopback address ``source`` (127.0.0.2 plays the other client)."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server), local_addr=(source, 0))
         self.writers.append(writer)
         return reader, writer
 
@@ -177,7 +203,7 @@ async def test_garbage_after_the_preface_gets_goaway_and_close(serve: Listener) 
 
 
 async def test_half_sent_preface_then_silence_is_closed(serve: Listener, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_module, "SNIFF_TIMEOUT_SECS", 0.2)
+    monkeypatch.setattr(sniffer_module, "SNIFF_TIMEOUT_SECS", 0.2)
     server = await serve(SniffingProtocol)
     reader, writer = await asyncio.open_connection("127.0.0.1", port_of(server))
     writer.write(H2_PREFACE[:10])
@@ -214,6 +240,10 @@ def test_connection_refusal_is_a_503_in_the_error_shape() -> None:
     assert TOO_MANY_CONNECTIONS_RESPONSE == TOO_MANY_CONNECTIONS
 
 
+def test_refusal_per_address_is_a_429_in_the_error_shape() -> None:
+    assert TOO_MANY_FROM_ADDRESS_RESPONSE == TOO_MANY_FROM_ADDRESS
+
+
 def test_uvicorn_config_carries_the_listener_limits() -> None:
     settings = load_settings(
         environ={
@@ -225,7 +255,12 @@ def test_uvicorn_config_carries_the_listener_limits() -> None:
     )
     config = uvicorn_config(app_service().build(settings), settings, host="127.0.0.1", port=0)
     assert config.limits == ListenerLimits(  # type: ignore[attr-defined]
-        max_header_bytes=2048, max_headers=10, header_read_timeout_secs=0.3, max_connections=7
+        max_header_bytes=2048,
+        max_headers=10,
+        header_read_timeout_secs=0.3,
+        max_connections=7,
+        max_connections_per_ip=256,
+        max_pipelined_requests=32,
     )
     assert config.timeout_keep_alive == math.ceil(1.5)
     assert config.limit_concurrency is None
@@ -384,8 +419,8 @@ def coalescing_cycle(method: str = "GET") -> tuple[server_module.CoalescingCycle
         scope={"type": "http", "method": method, "http_version": "1.1"},  # type: ignore[typeddict-item]
         transport=transport,  # type: ignore[arg-type]
         flow=FlowControl(transport),  # type: ignore[arg-type]
-        logger=server_module.log,  # type: ignore[arg-type]
-        access_logger=server_module.log,  # type: ignore[arg-type]
+        logger=logging.getLogger("test"),
+        access_logger=logging.getLogger("test"),
         access_log=False,
         default_headers=[],
         message_event=asyncio.Event(),
@@ -465,3 +500,233 @@ async def test_served_connections_use_the_coalescing_cycle(serve: Listener) -> N
     assert head.startswith(b"HTTP/1.1 200 OK\r\n")
     (protocol,) = [p for p in serve.state.connections if isinstance(p, server_module.BoundedHttpProtocol)]
     assert type(protocol.cycle) is server_module.CoalescingCycle
+
+
+PIPELINE_ENV = {"SERVICE_MAX_PIPELINED_REQUESTS": "4", "SERVICE_RATE_LIMIT_ENABLED": "false"}
+
+
+def held_service(release: asyncio.Event, started: list[int]) -> Service:
+    """``GET /api/v1/held/{n}`` waits for ``release`` (recording ``n`` in ``started``), then answers ``{"n": n}``;
+    ``POST /api/v1/size`` answers how many characters its JSON body's ``data`` has."""
+    service = Service("held")
+
+    async def held(n: int) -> dict[str, int]:
+        started.append(n)
+        await release.wait()
+        return {"n": n}
+
+    async def size(payload: dict[str, str]) -> dict[str, int]:
+        return {"size": len(payload["data"])}
+
+    v1 = service.version(1)
+    v1.get("/held/{n}")(held)
+    v1.post("/size")(size)
+    return service
+
+
+async def read_responses(reader: asyncio.StreamReader, count: int) -> list[bytes]:
+    """``count`` responses with a content-length, each as its body."""
+    bodies = []
+    for _ in range(count):
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        bodies.append(await asyncio.wait_for(reader.readexactly(length), timeout=10))
+    return bodies
+
+
+def http11_connections(serve: Listener) -> list[server_module.BoundedHttpProtocol]:
+    return [p for p in serve.state.connections if isinstance(p, server_module.BoundedHttpProtocol)]
+
+
+async def held_input(serve: Listener) -> server_module.BoundedHttpProtocol:
+    """The one HTTP/1.1 connection, once it holds input unparsed."""
+    await wait_until(lambda: any(p.gate.held for p in http11_connections(serve)))
+    (protocol,) = http11_connections(serve)
+    return protocol
+
+
+async def test_parsing_stops_at_max_pipelined_requests_and_resumes_as_the_queue_drains(serve: Listener) -> None:
+    """20 pipelined requests of one parse slice each, the first one held in its handler: exactly 4
+    (``max_pipelined_requests``) are parsed and queued behind it, the rest waits unparsed with the transport paused;
+    released, all 20 are answered in order on the same connection."""
+    release, started = asyncio.Event(), []
+    server = await serve(SniffingProtocol, environ=PIPELINE_ENV, service=held_service(release, started))
+    reader, writer = await serve.connect(server)
+    size = server_module.PARSE_SLICE_BYTES
+    writer.write(b"".join(head_of_size(size, path=b"/api/v1/held/%d" % n) for n in range(20)))
+    protocol = await held_input(serve)
+    await asyncio.sleep(0.05)  # anything more the server would parse, it would have parsed by now
+    assert started == [0]
+    assert len(protocol.pipeline) == 4
+    assert protocol.gate.read_paused or protocol.gate.held
+    release.set()
+    bodies = await read_responses(reader, 20)
+    assert bodies == [b'{"n":%d}' % n for n in range(20)]
+    assert started == list(range(20))
+    assert not protocol.held and not protocol.gate.held
+
+
+async def test_the_queue_is_bounded_by_one_slice_of_small_requests(serve: Listener) -> None:
+    """Small requests: a slice holds many; the queue passes the limit by at most one read's or slice's requests."""
+    release, started = asyncio.Event(), []
+    server = await serve(SniffingProtocol, environ=PIPELINE_ENV, service=held_service(release, started))
+    reader, writer = await serve.connect(server)
+    requests = [b"GET /api/v1/held/%d HTTP/1.1\r\nHost: t\r\n\r\n" % n for n in range(2000)]
+    writer.write(b"".join(requests))
+    protocol = await held_input(serve)
+    one_read_or_slice = server_module.WHOLE_READ_BYTES // len(requests[0]) + 1
+    assert 4 <= len(protocol.pipeline) <= 4 + one_read_or_slice
+    release.set()
+    bodies = await read_responses(reader, 2000)
+    assert bodies == [b'{"n":%d}' % n for n in range(2000)]
+
+
+async def test_a_large_body_is_parsed_in_few_pieces_and_the_request_behind_it_is_answered(
+    serve: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 600 KB body of declared length is fed to the parser a read at a time, not a slice at a time; the
+    pipelined GET after it in the same writes is parsed and answered after it."""
+    release, started = asyncio.Event(), []
+    release.set()
+    parses: list[int] = []
+    parse = server_module.BoundedHttpProtocol._parse
+
+    def counting(self: server_module.BoundedHttpProtocol, data: bytes | memoryview) -> bool:
+        parses.append(len(data))
+        return parse(self, data)
+
+    monkeypatch.setattr(server_module.BoundedHttpProtocol, "_parse", counting)
+    server = await serve(SniffingProtocol, service=held_service(release, started))
+    reader, writer = await serve.connect(server)
+    body = b'{"data": "' + b"a" * 600_000 + b'"}'
+    writer.write(
+        b"POST /api/v1/size HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        % len(body)
+        + body
+        + b"GET /api/v1/held/7 HTTP/1.1\r\nHost: t\r\n\r\n"
+    )
+    assert await read_responses(reader, 2) == [b'{"size":600000}', b'{"n":7}']
+    assert len(parses) < len(body) // server_module.PARSE_SLICE_BYTES // 4
+
+
+async def test_a_chunked_body_over_several_slices_is_answered_with_the_request_behind_it(serve: Listener) -> None:
+    release, started = asyncio.Event(), []
+    release.set()
+    server = await serve(SniffingProtocol, service=held_service(release, started))
+    reader, writer = await serve.connect(server)
+    body = b'{"data": "' + b"a" * 50_000 + b'"}'
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:30_000], body[30_000:])) + b"0\r\n\r\n"
+    writer.write(
+        b"POST /api/v1/size HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + chunks
+        + b"GET /api/v1/held/3 HTTP/1.1\r\nHost: t\r\n\r\n"
+    )
+    assert await read_responses(reader, 2) == [b'{"size":50000}', b'{"n":3}']
+
+
+async def test_an_address_over_max_connections_per_ip_is_answered_429_at_the_accept(serve: Listener) -> None:
+    """127.0.0.2 holds its 2 connections: its third is answered at once, before it sends a byte; 127.0.0.1 is
+    served; once 127.0.0.2 closes, its slots come back."""
+    server = await serve(SniffingProtocol, environ={"SERVICE_MAX_CONNECTIONS_PER_IP": "2"})
+    slots = serve.configs[-1].slots
+    held = [await serve.connect(server, source="127.0.0.2") for _ in range(2)]
+    await wait_until(lambda: slots.by_address.get("127.0.0.2") == 2)
+    reader, _ = await serve.connect(server, source="127.0.0.2")
+    assert await read_to_eof(reader) == TOO_MANY_FROM_ADDRESS
+    assert slots.by_address == {"127.0.0.2": 2} and slots.total == 2
+    reply = await exchange(port_of(server), b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
+    for _, writer in held:
+        await close(writer)
+    await wait_until(lambda: slots.total == 0)
+    assert slots.by_address == {}
+    reader, writer = await serve.connect(server, source="127.0.0.2")
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    assert (await read_to_eof(reader)).startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_an_http11_connection_releases_its_slot_when_it_closes(serve: Listener) -> None:
+    server = await serve(SniffingProtocol)
+    slots = serve.configs[-1].slots
+    reader, writer = await serve.connect(server)
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\n\r\n")
+    await asyncio.wait_for(reader.readuntil(b'{"ok":true}'), timeout=10)
+    (protocol,) = http11_connections(serve)
+    assert slots.total == 1 and protocol.slot is not UNCOUNTED
+    await close(writer)
+    await wait_until(lambda: slots.total == 0)
+
+
+def websocket_service() -> Service:
+    service = Service("ws")
+
+    async def live(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.send_text(await websocket.receive_text())
+
+    service.version(1).websocket("/live")(live)
+    return service
+
+
+WEBSOCKET_HANDSHAKE = (
+    b"GET /api/v1/live HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+async def test_a_websocket_holds_its_slot_until_it_closes(serve: Listener) -> None:
+    """The upgrade hands the slot from the HTTP/1.1 protocol to the WebSocket one, which releases it when lost."""
+    server = await serve(SniffingProtocol, service=websocket_service())
+    slots = serve.configs[-1].slots
+    reader, writer = await serve.connect(server)
+    writer.write(WEBSOCKET_HANDSHAKE)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+    assert head.startswith(b"HTTP/1.1 101 ")
+    (websocket,) = [p for p in serve.state.connections if isinstance(p, WebSocketProtocol)]
+    assert websocket.slot is not UNCOUNTED
+    assert slots.total == 1 and not http11_connections(serve)
+    await close(writer)
+    await wait_until(lambda: slots.total == 0)
+
+
+async def test_an_http2_connection_takes_its_slot_to_the_h2_protocol(serve: Listener) -> None:
+    """Handed over, the HTTP/2 protocol holds the slot (set before its connection_made) and releases it when lost;
+    meanwhile it counts against max_connections like an HTTP/1.1 connection."""
+    seen: list[Slot] = []
+
+    class H2(asyncio.Protocol):
+        slot: Slot = UNCOUNTED
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            seen.append(self.slot)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.slot.release()
+
+    class WithH2(SniffingProtocol):
+        h2_protocol_factory = H2
+
+    server = await serve(WithH2, environ={"SERVICE_MAX_CONNECTIONS": "1"})
+    slots = serve.configs[-1].slots
+    _, writer = await serve.connect(server)
+    writer.write(H2_PREFACE + SETTINGS_FRAME)
+    await wait_until(lambda: bool(seen))
+    assert seen[0] is not UNCOUNTED and slots.total == 1
+    assert await exchange(port_of(server), b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\n\r\n") == TOO_MANY_CONNECTIONS
+    await close(writer)
+    await wait_until(lambda: slots.total == 0)
+
+
+async def test_a_connection_idle_after_a_held_pipeline_is_closed_after_keep_alive_timeout(serve: Listener) -> None:
+    """The queue drains, the held input is parsed and answered; then the idle connection is closed by the
+    keep-alive timeout like any other."""
+    release, started = asyncio.Event(), []
+    release.set()
+    environ = {**PIPELINE_ENV, "SERVICE_KEEP_ALIVE_TIMEOUT_SECS": "1"}
+    server = await serve(SniffingProtocol, environ=environ, service=held_service(release, started))
+    reader, writer = await serve.connect(server)
+    size = server_module.PARSE_SLICE_BYTES
+    writer.write(b"".join(head_of_size(size, path=b"/api/v1/held/%d" % n) for n in range(20)))
+    assert await read_responses(reader, 20) == [b'{"n":%d}' % n for n in range(20)]
+    assert await read_to_eof(reader) == b""

@@ -1,7 +1,8 @@
 """End to end: the HTTP/1.1 listener's limits in a real ``bastion run`` process, over raw sockets.
 
-Head size and header count (431), header read timeout (plain close), keep-alive timeout (close) and the
-connection cap (503 at the accept). Every socket has a timeout and is closed by the test that opened it.
+Head size and header count (431), header read timeout (plain close), keep-alive timeout (close), the
+connection cap (503 at the accept), RFC 9112 framing (400, 501), the pipelined-request queue, and quiet logs
+for what clients do. Every socket has a timeout and is closed by the test that opened it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from bastion._listener import raw_response
+from bastion.errors import BadRequest, BastionError, TransferCodingNotImplemented
 from tests.bastion.test_listener import HEADERS_TOO_LARGE, TOO_MANY_CONNECTIONS
 from tests.conftest import BastionProcess
 
@@ -329,3 +332,184 @@ def test_connection_over_max_connections_gets_503_until_one_closes(
             reply = read_to_eof(sock)
     assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
     assert reply.endswith(b'{"pong":true}')
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "error"),
+    [
+        pytest.param(b"GET /api/v1/ping HTTP/1.1\r\n\r\n", BadRequest("Missing Host header"), id="http11-without-host"),
+        pytest.param(
+            b"GET /api/v1/ping HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n",
+            BadRequest("More than one Host header"),
+            id="two-host-headers",
+        ),
+        pytest.param(
+            b"POST /api/v1/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            TransferCodingNotImplemented(),
+            id="gzip-then-chunked",
+        ),
+        pytest.param(
+            b"POST /api/v1/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: identity, chunked\r\n\r\n"
+            b"2\r\n{}\r\n0\r\n\r\n",
+            TransferCodingNotImplemented(),
+            id="identity-then-chunked",
+        ),
+        pytest.param(
+            b"POST /api/v1/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: x-unknown\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            TransferCodingNotImplemented(),
+            id="unknown-coding-on-its-own-line",
+        ),
+        pytest.param(
+            b"POST /api/v1/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n{}",
+            BadRequest("Transfer-Encoding must end with chunked"),
+            id="coding-without-chunked",
+        ),
+        pytest.param(
+            b"POST /api/v1/echo HTTP/1.0\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            BadRequest("Transfer-Encoding in an HTTP/1.0 request"),
+            id="http10-with-transfer-encoding",
+        ),
+    ],
+)
+def test_framing_rfc_9112_forbids_gets_one_answer_then_close(
+    connect: Callable[[], socket.socket], request_bytes: bytes, error: BastionError
+) -> None:
+    """The answer is the listener's, in the error shape; the request pipelined behind is never served."""
+    sock = connect()
+    sock.sendall(request_bytes + PING)
+    assert read_to_eof(sock) == raw_response(error)
+
+
+def test_http10_without_host_is_served(connect: Callable[[], socket.socket]) -> None:
+    sock = connect()
+    sock.sendall(b"GET /api/v1/ping HTTP/1.0\r\n\r\n")
+    reply = read_to_eof(sock)
+    assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert reply.endswith(b'{"pong":true}')
+
+
+def test_a_refused_request_is_answered_after_the_pipelined_ones_before_it(connect: Callable[[], socket.socket]) -> None:
+    sock = connect()
+    sock.sendall(PING + b"GET /api/v1/count/1 HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n" + PING)
+    first, _, rest = read_to_eof(sock).partition(b'{"pong":true}')
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert rest == raw_response(BadRequest("More than one Host header"))
+
+
+def test_an_unparseable_request_gets_400_in_the_error_shape(connect: Callable[[], socket.socket]) -> None:
+    sock = connect()
+    sock.sendall(b"GET /api/v1/ping HTTP/1.1\r\nHost: t\r\nBad Header: x\r\n\r\n")
+    assert read_to_eof(sock) == raw_response(BadRequest("Invalid HTTP request"))
+
+
+QUIET_ENV = {
+    **ENV,
+    "SERVICE_RATE_LIMIT_ENABLED": "false",
+    "SERVICE_MIDDLEWARE_ACCESS_LOG_ENABLED": "false",
+    "SERVICE_HEADER_READ_TIMEOUT_SECS": "60",
+    "SERVICE_KEEP_ALIVE_TIMEOUT_SECS": "60",
+}
+
+
+def count_requests(first: int, last: int) -> bytes:
+    return b"".join(b"GET /api/v1/count/%d HTTP/1.1\r\nHost: t\r\n\r\n" % n for n in range(first, last))
+
+
+def send_until_stalled(sock: socket.socket, data: bytes, *, stall_secs: float = 1.0) -> int:
+    """Send ``data`` without reading anything, until it is all sent or the server has taken nothing for
+    ``stall_secs`` (it stopped reading); how many bytes went out."""
+    sock.setblocking(False)
+    sent, stalled_since = 0, None
+    try:
+        while sent < len(data):
+            try:
+                sent += sock.send(data[sent : sent + 65536])
+                stalled_since = None
+            except BlockingIOError:
+                now = time.monotonic()
+                stalled_since = stalled_since or now
+                if now - stalled_since > stall_secs:
+                    break
+                time.sleep(0.01)
+    finally:
+        sock.setblocking(True)
+    return sent
+
+
+def error_lines(output: str) -> list[str]:
+    """The log lines at error level or with a traceback."""
+    return [
+        line
+        for line in output.splitlines()
+        if "Traceback" in line or '"level":"error"' in line or '"level":"critical"' in line
+    ]
+
+
+def test_a_client_pipelining_without_reading_makes_the_server_hold_a_bounded_queue(
+    bastion_process: Callable[..., BastionProcess],
+) -> None:
+    """20,000 pipelined requests and no reading: the server stops reading once its queue is full (its memory
+    hardly moves; unbounded, the queue held them all: 40 MiB more). Read afterwards, every answer arrives, in
+    order, and the connection still serves."""
+    process = bastion_process(APP, env=QUIET_ENV)
+    total = 20_000
+    with closing(socket.create_connection(("127.0.0.1", process.port), timeout=60)) as warm:
+        warm.sendall(count_requests(0, 2000))  # allocator pools and code paths warmed by the same traffic
+        received = b""
+        while received.count(b'{"n":') < 2000:
+            received += warm.recv(1 << 20)
+    before = rss_mib(process.proc.pid)
+    requests = count_requests(0, total)
+    with closing(socket.create_connection(("127.0.0.1", process.port), timeout=60)) as sock:
+        sent = send_until_stalled(sock, requests)
+        time.sleep(0.5)  # let the server parse whatever it took
+        grown = rss_mib(process.proc.pid) - before
+        assert grown < 10, f"{grown} MiB more after {sent} bytes of requests sent and no answer read"
+        answers: list[bytes] = []
+        reader = threading.Thread(target=lambda: answers.append(read_answers(sock, total)))
+        reader.start()
+        sock.sendall(requests[sent:])
+        reader.join(60)
+        assert answers, "not every answer arrived"
+        assert [int(n) for n in re.findall(rb'\{"n":(\d+)\}', answers[0])] == list(range(total))
+        assert answers[0].count(b"HTTP/1.1 200 OK\r\n") == total
+        sock.sendall(PING)
+        head, body = read_response(sock)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b'{"pong":true}'
+    assert error_lines(process.output()) == []
+
+
+def read_answers(sock: socket.socket, count: int) -> bytes:
+    """Everything the server sends until ``count`` answers of /count have arrived."""
+    marker = b'{"n":'
+    received, seen = bytearray(), 0
+    while seen < count:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        start = max(0, len(received) - len(marker) + 1)  # a marker may straddle two chunks
+        received += chunk
+        seen += received.count(marker, start)
+    return bytes(received)
+
+
+def test_a_pipelining_client_that_leaves_without_reading_is_not_an_error(
+    bastion_process: Callable[..., BastionProcess],
+) -> None:
+    """The server is writing answers nobody reads when the client closes: no error line, no traceback (uvicorn
+    marks only the last request parsed as disconnected; the one being answered failed on the closed transport)."""
+    process = bastion_process(APP, env=QUIET_ENV)
+    for _ in range(2):
+        with closing(socket.socket()) as sock:
+            # A small receive buffer: the unread answers soon fill it, and the server's write waits.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(10)
+            sock.connect(("127.0.0.1", process.port))
+            send_until_stalled(sock, count_requests(0, 20_000), stall_secs=0.5)
+            time.sleep(1.0)  # the server is answering, its write waiting on the full buffer, when the client leaves
+    with closing(socket.create_connection(("127.0.0.1", process.port), timeout=10)) as sock:
+        sock.sendall(PING_AND_CLOSE)
+        assert read_to_eof(sock).endswith(b'{"pong":true}')
+    time.sleep(0.5)  # the server notices the closes asynchronously
+    assert error_lines(process.output()) == []

@@ -80,7 +80,7 @@ class GrpcServer:
         port: int,
         *,
         preface_timeout_secs: float = SNIFF_TIMEOUT_SECS,
-        slots: ConnectionSlots | None = None,
+        slots: ConnectionSlots,
     ) -> None:
         """Listen on a port of its own (HTTP/2 only, checked like the main port's sniffer does; a client that
         has not sent its preface and first frame ``preface_timeout_secs`` after the accept is closed).
@@ -89,10 +89,8 @@ class GrpcServer:
 
         loop = asyncio.get_running_loop()
         timeout = min(preface_timeout_secs, SNIFF_TIMEOUT_SECS)
-        self.slots = slots
         self._listener = await loop.create_server(
-            # Issue 27 merge: pass slots=self.slots here once Http2OnlyProtocol takes it (the listener's branch).
-            lambda: Http2OnlyProtocol(self.protocol_factory, timeout_secs=timeout),
+            lambda: Http2OnlyProtocol(self.protocol_factory, slots=slots, timeout_secs=timeout),
             host,
             port,
         )

@@ -1,5 +1,5 @@
-"""The service of the listener-limit tests: ``GET /api/v1/ping`` answers ``{"pong": true}``, ``POST /api/v1/echo``
-reads a JSON body."""
+"""The service of the listener-limit tests: ``GET /api/v1/ping`` answers ``{"pong": true}``, ``GET /api/v1/count/{n}``
+answers ``{"n": n}`` (pipelined answers can be told apart), ``POST /api/v1/echo`` reads a JSON body."""
 
 from bastion import Service
 
@@ -10,6 +10,11 @@ v1 = service.version(1)
 @v1.get("/ping")
 async def ping() -> dict[str, bool]:
     return {"pong": True}
+
+
+@v1.get("/count/{n}")
+async def count(n: int) -> dict[str, int]:
+    return {"n": n}
 
 
 @v1.post("/echo")
