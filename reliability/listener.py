@@ -23,11 +23,14 @@ RSS_DURING_BYTES = 50 * MB
 RSS_AFTER_BYTES = 10 * MB
 
 
-def _legit_figures(scenario: str, served: probes.Served, what: str = "/health") -> list[Figure]:
-    return [
-        equals(scenario, f"{what} failed", served.sent - served.ok, 0, note=f"{served.ok}/{served.sent} answered 200"),
-        at_most(scenario, f"{what} slowest", served.slowest, LEGIT_WITHIN_SECS, unit=" s"),
-    ]
+def _legit_figures(scenario: str, served: probes.Served, *, timed: bool = True) -> list[Figure]:
+    """``/health`` failed (0) and, when ``timed``, its slowest answer (<= 1 s; else the slowest is in the note)."""
+    slowest = max(served.latencies, default=0.0)
+    note = f"{served.ok}/{served.sent} answered 200" + ("" if timed else f", the slowest in {slowest:.2f} s")
+    failed = equals(scenario, "/health failed", served.sent - served.ok, 0, note=note)
+    if not timed:
+        return [failed]
+    return [failed, at_most(scenario, "/health slowest", served.slowest, LEGIT_WITHIN_SECS, unit=" s")]
 
 
 async def _probing(port: int, interval: float) -> tuple[asyncio.Event, probes.Served, asyncio.Task[None]]:
@@ -276,7 +279,7 @@ async def _idle_connections(
 ) -> tuple[IdleTally, probes.Served]:
     """``total`` idle connections, at most ``at_once`` open on this side (file descriptors), started within
     ``limit`` seconds; /health probed meanwhile."""
-    stop, served, prober = await _probing(port, 0.25)
+    stop, served, prober = await _probing(port, 0.1)
     tally = IdleTally()
     room = asyncio.Semaphore(at_once)
     running: set[asyncio.Task[None]] = set()
@@ -329,7 +332,10 @@ def idle_http2(ctx: Context) -> list[Figure]:
         ),
         at_least(name, "connections closed by the idle timeout", tally.timed_out, 1),
         at_least(name, "connections made", opened, total),
-        *_legit_figures(name, served),
+        # Not timed: the attacker's connects wait in the same accept queue as the probe's, ahead of it, whatever
+        # the server does once it has accepted them; what the cap must keep is the answer.
+        *_legit_figures(name, served, timed=False),
+        at_least(name, "/health probes", served.sent, 4 if ctx.quick else 16),
         *servers.ServerLog.read(app.server.log_path).figures(name),
     ]
 
