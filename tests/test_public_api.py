@@ -100,6 +100,7 @@ EXPECTED = {
         "GatewayTimeout",
         "HeadersTooLarge",
         "InvalidToken",
+        "JsonTooDeep",
         "MalformedBody",
         "MethodNotAllowed",
         "NoResponders",

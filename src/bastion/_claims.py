@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -36,12 +35,23 @@ class Claims:
         return role in self.roles
 
 
+MAX_NUMERIC_DATE = 253_402_300_799
+"""9999-12-31T23:59:59Z, the last second an ISO-8601 date (PASETO's form, Python's datetime) can write."""
+
+
 def _numeric_date(payload: Mapping[str, Any], name: str) -> int | None:
+    """A time claim: a whole number of Unix seconds (the spec's "integer (Unix seconds)"; ``1.7e9`` is one) between
+    1970 and 9999. Anything else (a bool, a string, a fraction, ``1e400``, ``2**64``, a 400-digit integer, a
+    negative number) is an invalid token, never a 500 from arithmetic on it later."""
     value = payload.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidToken(f"claim {name!r} must be a NumericDate (Unix seconds)")
+    if isinstance(value, float) and not value.is_integer():  # also inf and nan
+        raise InvalidToken(f"claim {name!r} must be a whole number of Unix seconds")
+    if not 0 <= value <= MAX_NUMERIC_DATE:
+        raise InvalidToken(f"claim {name!r} must be a date from 1970 to 9999 (Unix seconds)")
     return int(value)
 
 

@@ -24,7 +24,8 @@ Layer = Callable[[ASGIApp], ASGIApp]
 Hook = Callable[[], Awaitable[None]]
 GrpcFinish = Callable[[str | None], Awaitable[None]]
 """Called when a gRPC call is over with its status name (``"OK"``, ``"INTERNAL"``, ...), or ``None`` when its
-handler never ran (a later step refused the call)."""
+outcome says nothing about the service: its handler never ran (a later step refused the call), or the client
+cancelled it, let its deadline pass or sent a broken request message."""
 GrpcHook = Callable[[Scope], Awaitable[GrpcFinish | None]]
 """``async hook(scope)`` run for every gRPC call at a layer's position; it rejects by raising a BastionError and
 may return a function to be called with the call's outcome (:data:`GrpcFinish`).

@@ -15,7 +15,7 @@ is switched off is simply not in the list: there is no other way to turn a layer
     error_rendering     errors raised further in -> {"error","code","status"}
     path_normalization  merge //, resolve ./.. once: every later step sees one path
     timeout             504 when the handler is too slow
-    body_limit          413 over middleware.max_body_bytes
+    body_limit          413 over middleware.max_body_bytes; 400 for JSON nested deeper than max_json_depth
     compression         gzip for clients that accept it                              ([middleware.compression])
     deprecation         version metric; headers and log for deprecated versions
     route_resolution    route template, version, path parameters into the scope, once
@@ -121,7 +121,14 @@ def pipeline(
         Step("error_rendering", ErrorRenderingMiddleware),
         Step("path_normalization", PathNormalizationMiddleware),
         Step("timeout", partial(TimeoutMiddleware, timeout_secs=middleware.timeout_secs)),
-        Step("body_limit", partial(BodyLimitMiddleware, max_body_bytes=middleware.max_body_bytes)),
+        Step(
+            "body_limit",
+            partial(
+                BodyLimitMiddleware,
+                max_body_bytes=middleware.max_body_bytes,
+                max_json_depth=middleware.max_json_depth,
+            ),
+        ),
         Step("compression", partial(CompressionMiddleware, settings=middleware.compression))
         if middleware.compression.enabled
         else None,

@@ -4,7 +4,8 @@
 
     BastionError                      500 INTERNAL_ERROR
     ├── BadRequest                    400 BAD_REQUEST
-    │   └── MalformedBody             400 MALFORMED_BODY
+    │   ├── MalformedBody             400 MALFORMED_BODY
+    │   └── JsonTooDeep               400 JSON_TOO_DEEP
     ├── TokenError                    401 UNAUTHORIZED
     │   ├── InvalidToken              401 INVALID_TOKEN
     │   ├── TokenExpired              401 TOKEN_EXPIRED
@@ -59,6 +60,7 @@ __all__ = [
     "GatewayTimeout",
     "HeadersTooLarge",
     "InvalidToken",
+    "JsonTooDeep",
     "MalformedBody",
     "MethodNotAllowed",
     "NoResponders",
@@ -108,6 +110,12 @@ class MalformedBody(BadRequest):
     """The body is not valid JSON (or not the declared encoding)."""
 
     code, message = "MALFORMED_BODY", "Request body is not valid JSON"
+
+
+class JsonTooDeep(BadRequest):
+    """The JSON body nests arrays and objects deeper than ``middleware.max_json_depth``."""
+
+    code, message = "JSON_TOO_DEEP", "Request body nests JSON too deeply"
 
 
 class TokenError(BastionError):

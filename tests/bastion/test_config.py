@@ -41,6 +41,9 @@ class TestDefaults:
         assert settings.grpc.port == 9090
         assert settings.broker is None
 
+    def test_json_depth_default_is_64(self) -> None:
+        assert load_settings(environ={}).middleware.max_json_depth == 64
+
     def test_every_spec_key_exists(self) -> None:
         settings = load_settings(environ={})
         spec_keys = {
@@ -130,6 +133,10 @@ class TestFile:
                 id="duration",
             ),
             pytest.param('[broker]\nurl = "http://x"\n', "broker.url = ***", id="broker-scheme"),
+            pytest.param("[middleware]\nmax_json_depth = 0\n", "middleware.max_json_depth = 0", id="json-depth-0"),
+            pytest.param(
+                "[middleware]\nmax_json_depth = 201\n", "middleware.max_json_depth = 201", id="json-depth-over-200"
+            ),
         ],
     )
     def test_bad_value_names_key_and_value(self, tmp_path: Path, text: str, fragment: str) -> None:

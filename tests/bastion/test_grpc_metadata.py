@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from grpclib.exceptions import ProtocolError
 
-from bastion.grpc._interceptors import _initial_metadata_with_id
+from bastion._compat.grpclib import initial_metadata_sender
 
 
 class FakeH2Stream:
@@ -35,7 +35,9 @@ class FakeStream:
 
 async def test_the_id_follows_the_status_and_content_type() -> None:
     stream = FakeStream()
-    await _initial_metadata_with_id(stream, "rid-1")()
+    sent: list[bool] = []
+    await initial_metadata_sender(stream, "rid-1", sent=lambda: sent.append(True))()  # type: ignore[arg-type]
+    assert sent == [True]
     assert stream._stream.sent == [
         [(":status", "200"), ("content-type", "application/grpc+proto"), ("x-request-id", "rid-1")]
     ]
@@ -44,7 +46,7 @@ async def test_the_id_follows_the_status_and_content_type() -> None:
 
 async def test_a_handlers_metadata_is_kept_and_its_request_id_replaced() -> None:
     stream = FakeStream()
-    send = _initial_metadata_with_id(stream, "rid-2")
+    send = initial_metadata_sender(stream, "rid-2", sent=lambda: None)  # type: ignore[arg-type]
     await send(metadata={"x-custom": "1", "x-request-id": "from-the-handler"})
     assert stream._stream.sent == [
         [

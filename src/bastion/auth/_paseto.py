@@ -6,6 +6,7 @@ import base64
 import binascii
 import contextlib
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,22 @@ from bastion.errors import ConfigError, InvalidToken
 
 LOCAL_KEY_BYTES = 32
 _TIME_CLAIMS = ("exp", "nbf", "iat")
+_BASE64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_BASE64URL_TEXT = re.compile(r"[A-Za-z0-9_-]+")
+# The low bits of a segment's last character that encode no byte, by the segment's length modulo 4.
+_UNUSED_BITS = {0: 0, 2: 0b1111, 3: 0b11}
+
+
+def canonical_base64url(segment: str) -> bool:
+    """Whether ``segment`` is the one base64url text of its bytes: unpadded, only the URL-safe alphabet, no
+    impossible length, and the unused low bits of its last character zero (RFC 4648 3.5). Decoders (pyseto's
+    among them) ignore those bits, so each token would otherwise have several spellings."""
+    if not _BASE64URL_TEXT.fullmatch(segment):
+        return False
+    rest = len(segment) % 4
+    if rest == 1:
+        return False
+    return not _BASE64URL.index(segment[-1]) & _UNUSED_BITS[rest]
 
 
 def _local_key_bytes(raw: bytes) -> bytes:
@@ -95,6 +112,10 @@ class PasetoVerifier:
     async def decode(self, token: str) -> Claims:
         if not token.startswith(self.prefix):
             raise InvalidToken(f"token is not a {self.prefix[:-1]} PASETO")
+        # Before any cryptography: the payload and the footer in canonical base64url only.
+        segments = token[len(self.prefix) :].split(".")
+        if len(segments) > 2 or not all(map(canonical_base64url, segments)):
+            raise InvalidToken("token is not canonical base64url (PASETO: unpadded, unused bits zero)")
         self.verifications += 1
         try:
             decoded = self._paseto.decode(self._key, token)

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bastion._claims import current_claims
+from bastion._claims import MAX_NUMERIC_DATE, current_claims
 from bastion.auth._revocation import MAX_JTI_CHARS
 from bastion.errors import BadRequest, MalformedBody, PolicyDenied, ValidationFailed
 
@@ -20,7 +20,9 @@ DEFAULT_REVOCATION_TTL_SECS = 24 * 3600
 class RevokeRequest(BaseModel):
     jti: str = Field(min_length=1, max_length=MAX_JTI_CHARS)
     reason: str = Field(min_length=1, max_length=500)
-    exp: int | None = Field(default=None, description="The token's exp; defaults to now + 24 h")
+    exp: int | None = Field(
+        default=None, ge=0, le=MAX_NUMERIC_DATE, description="The token's exp; defaults to now + 24 h"
+    )
 
 
 Revoke = Callable[[str, str, float], Awaitable[None]]

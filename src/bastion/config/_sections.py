@@ -392,11 +392,20 @@ class CompressionSettings(_Section):
     level: Annotated[int, Field(ge=1, le=9)] = 6
 
 
+DEFAULT_MAX_JSON_DEPTH = 64
+"""Open arrays and objects a JSON body may nest: System.Text.Json's default (serde_json stops at 128). Real
+documents stay near ten levels."""
+MAX_JSON_DEPTH = 200
+"""The highest ``max_json_depth`` accepted: below pydantic's serializer limit (255 levels), with room for a
+handler that wraps what it received; Python's recursive decoder fails near 1000."""
+
+
 class MiddlewareSettings(_Section):
     """``[middleware]``: request limits plus the sub-sections of the stack."""
 
     timeout_secs: Annotated[float, Field(gt=0)] = 30.0
     max_body_bytes: PositiveInt = 1_048_576
+    max_json_depth: Annotated[int, Field(ge=1, le=MAX_JSON_DEPTH)] = DEFAULT_MAX_JSON_DEPTH
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
     cors: CorsSettings = Field(default_factory=CorsSettings)
     security_headers: SecurityHeadersSettings = Field(default_factory=SecurityHeadersSettings)

@@ -16,12 +16,11 @@ from typing import Any
 import structlog
 from grpclib.const import Status
 from grpclib.events import RecvRequest, SendTrailingMetadata
-from grpclib.exceptions import GRPCError, ProtocolError
-from grpclib.metadata import encode_metadata
-from multidict import MultiDict
+from grpclib.exceptions import GRPCError
 
 from bastion import _tracing as tracing
 from bastion._client_ip import parse_ip
+from bastion._compat import grpclib as grpclib_compat
 from bastion._metrics import NO_METRICS, Metrics
 from bastion._parts import GrpcExtractor, GrpcFinish, Slot
 from bastion._pipeline import Step
@@ -33,6 +32,7 @@ from bastion_core import running_loop
 
 DEFAULT_MESSAGE_TIMEOUT_SECS = 30.0
 """``middleware.timeout_secs``'s default: how long a unary or server-streaming call's request message may take."""
+_TRUNCATED = "Request message truncated: the call ended inside it"
 EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.")
 # The steps from the policy on wait for the request message when the method has a resource extractor.
 _DEFERRABLE = frozenset({Slot.POLICY, Slot.RESILIENCE})
@@ -85,29 +85,15 @@ def _rejected(error: BastionError) -> GRPCError:
     return grpc_error(error)
 
 
-def _initial_metadata_with_id(stream: Any, request_id: str) -> Callable[..., Awaitable[None]]:
-    """grpclib's ``Stream.send_initial_metadata`` (grpclib is pinned) with the call's ``x-request-id`` last.
+class ClientFault(GRPCError):
+    """The client broke its call: the request message is missing, truncated, does not decode, is too large, is
+    compressed or came too slowly. The status goes to the client; the outcome says nothing about the service (no
+    breaker counts it) and it is logged at info, without a traceback."""
 
-    The id is a sane token (checked or generated), so it skips grpclib's metadata validation, no event object is
-    built for it. A handler's own ``x-request-id`` is replaced, as on
-    HTTP.
-    """
 
-    async def send_initial_metadata(*, metadata: Any = None) -> None:
-        if stream._send_initial_metadata_done:
-            raise ProtocolError("Initial metadata was already sent")
-        headers = [(":status", "200"), ("content-type", stream._content_type)]
-        if metadata:
-            given = MultiDict(metadata)
-            given.popall("x-request-id", None)
-            (given,) = await stream._dispatch.send_initial_metadata(given)
-            headers.extend(encode_metadata(given))
-        headers.append(("x-request-id", request_id))
-        await stream._stream.send_headers(headers)
-        stream._send_initial_metadata_done = True
-        initial_sent_var.set(True)
-
-    return send_initial_metadata
+def _refused(status: Status, reason: str) -> ClientFault:
+    log.info("grpc_request_message_refused", status=status.name, reason=reason)
+    return ClientFault(status, reason)
 
 
 def _status_name(exc: BaseException) -> str:
@@ -116,9 +102,11 @@ def _status_name(exc: BaseException) -> str:
         return exc.status.name
     if isinstance(exc, TimeoutError):
         return "DEADLINE_EXCEEDED"
-    if isinstance(exc, asyncio.CancelledError):
-        return "CANCELLED"
     return "UNKNOWN"
+
+
+def _initial_metadata_sent() -> None:
+    initial_sent_var.set(True)
 
 
 async def _finish(finishes: Sequence[GrpcFinish], status: str | None) -> None:
@@ -244,7 +232,9 @@ class GrpcGuard:
 
         async def guarded(stream: Any) -> None:
             stream.recv_message = guard._bounded_recv(stream)
-            stream.send_initial_metadata = _initial_metadata_with_id(stream, scope[SCOPE_REQUEST_ID])
+            stream.send_initial_metadata = grpclib_compat.initial_metadata_sender(
+                stream, scope[SCOPE_REQUEST_ID], sent=_initial_metadata_sent
+            )
             if deferred:
                 try:
                     first = await stream.recv_message()
@@ -262,17 +252,22 @@ class GrpcGuard:
                 stream.recv_message = recv_message
             guard.active += 1
             guard.idle.clear()
-            status = "OK"
+            outcome: str | None = "OK"
             try:
                 await method_func(stream)
             except BastionError as exc:
-                status = exc.grpc_status
+                outcome = exc.grpc_status
                 raise grpc_error(exc) from None
+            except (ClientFault, asyncio.CancelledError):
+                # A broken request message, or the client cancelled or let its deadline pass (grpclib cancels the
+                # handler for both; so does a shutdown): nothing the breaker should learn from.
+                outcome = None
+                raise
             except BaseException as exc:
-                status = _status_name(exc)
+                outcome = _status_name(exc)
                 raise
             finally:
-                await _finish(finishes, status)
+                await _finish(finishes, outcome)
                 guard.active -= 1
                 if not guard.active:
                     guard.idle.set()
@@ -280,14 +275,26 @@ class GrpcGuard:
         return guarded
 
     def _bounded_recv(self, stream: Any) -> Callable[[], Awaitable[Any]]:
-        """grpclib's recv_message with a size check on the 5-byte prefix, before the message is read, and for a
-        call whose client sends one message (unary, server-streaming) a deadline for that message to arrive:
-        ``message_timeout_secs`` (``middleware.timeout_secs``, as an HTTP body), then DEADLINE_EXCEEDED. A
-        client-streaming call may wait between messages as long as its client likes (its own deadline rules)."""
+        """grpclib's recv_message, reading the message itself to refuse a broken one as the client's fault
+        (ClientFault):
+
+        - larger than ``max_message_size``: RESOURCE_EXHAUSTED from the 5-byte prefix, before it is read;
+        - compressed: UNIMPLEMENTED;
+        - for a call whose client sends one message (unary, server-streaming): not all there within
+          ``message_timeout_secs`` (``middleware.timeout_secs``, as an HTTP body): DEADLINE_EXCEEDED; the client
+          ended the stream without it: INVALID_ARGUMENT;
+        - the client ended the stream inside it, or it does not decode: INTERNAL (gRPC's status for a request
+          that does not parse).
+
+        A client-streaming call may wait between messages as long as its client likes (its own deadline rules).
+        """
         limit = self.max_message_size
-        timeout = None if stream._cardinality.client_streaming else self.message_timeout_secs
+        single = not grpclib_compat.client_streams(stream)
+        timeout = self.message_timeout_secs if single else None
+        received = 0
 
         async def recv_message() -> Any:
+            nonlocal received
             if timeout is None:
                 data = await read()
             else:
@@ -301,30 +308,37 @@ class GrpcGuard:
                 except asyncio.CancelledError:
                     if not late.expired or task.uncancel() > late.cancelling:
                         raise
-                    raise GRPCError(
+                    raise _refused(
                         Status.DEADLINE_EXCEEDED, f"Request message not received within {timeout:g}s"
                     ) from None
                 finally:
                     timer.cancel()
             if data is None:
+                if single and not received:
+                    raise _refused(Status.INVALID_ARGUMENT, "Request message missing: the call ended without one")
                 return None
-            message = stream._codec.decode(data, stream._recv_type)
-            (message,) = await stream._dispatch.recv_message(message)
-            stream._messages_received += 1
-            stream._stream.connection.messages_received += 1
-            stream._stream.connection.last_message_received = time.monotonic()
-            return message
+            try:
+                message = grpclib_compat.decode_request(stream, data)
+            except Exception:  # the codec's error (protobuf's DecodeError): the bytes are the client's
+                raise _refused(Status.INTERNAL, "Request message does not decode") from None
+            received += 1
+            return await grpclib_compat.received(stream, message)
 
         async def read() -> bytes | None:
-            meta = await stream._stream.recv_data(5)
-            if not meta:
-                return None
-            if meta[:1] != b"\x00":
-                raise GRPCError(Status.UNIMPLEMENTED, "Compressed messages are not supported")
-            (length,) = struct.unpack(">I", meta[1:])
-            if length > limit:
-                raise GRPCError(Status.RESOURCE_EXHAUSTED, f"Message of {length} bytes exceeds the limit of {limit}")
-            data: bytes = await stream._stream.recv_data(length)
+            try:
+                prefix = await grpclib_compat.recv_bytes(stream, 5)
+                if not prefix:
+                    return None
+                if prefix[:1] != b"\x00":
+                    raise _refused(Status.UNIMPLEMENTED, "Compressed messages are not supported")
+                (length,) = struct.unpack(">I", prefix[1:])
+                if length > limit:
+                    raise _refused(Status.RESOURCE_EXHAUSTED, f"Message of {length} bytes exceeds the limit of {limit}")
+                data = await grpclib_compat.recv_bytes(stream, length)
+            except grpclib_compat.StreamEnded:
+                raise _refused(Status.INTERNAL, _TRUNCATED) from None
+            if len(data) != length:  # the stream ended right after the prefix
+                raise _refused(Status.INTERNAL, _TRUNCATED)
             return data
 
         return recv_message

@@ -18,6 +18,7 @@ from bastion._compat import grpclib as grpclib_compat
 from bastion._connections import ConnectionSlots
 from bastion._listener import SNIFF_TIMEOUT_SECS
 from bastion.grpc import _hpack
+from bastion.grpc._deadlines import CallHandler
 from bastion.grpc._interceptors import GrpcGuard
 from bastion.grpc._limits import DEFAULT_LIMITS, Http2Limits
 from bastion.grpc._protocol import _H2Protocol
@@ -71,6 +72,7 @@ class GrpcServer:
         ``slot`` before ``connection_made``."""
         protocol = grpclib_compat.new_protocol(self.server)
         protocol.__class__ = _H2Protocol  # grpclib builds it with its handler; the connection's code differs
+        protocol.handler.__class__ = CallHandler  # starts a call whose deadline already passed (see _deadlines)
         cast(_H2Protocol, protocol).limits = self.limits
         return protocol
 

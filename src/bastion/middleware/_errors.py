@@ -59,6 +59,8 @@ _CODE_FOR_STATUS: Mapping[int, type[BastionError]] = {
 }
 
 _MAX_VALIDATION_ITEMS = 5
+BODY_PARSE_ERROR = "There was an error parsing the body"
+"""The detail of the 400 FastAPI raises when reading or decoding a body fails (FastAPI is pinned)."""
 
 
 def from_http_exception(exc: HTTPException) -> BastionError:
@@ -102,6 +104,15 @@ def as_bastion_error(exc: BaseException) -> BastionError | None:
     if isinstance(exc, RequestValidationError):
         return from_validation_error(exc)
     if isinstance(exc, HTTPException):
+        if exc.status_code == 400 and exc.detail == BODY_PARSE_ERROR:
+            # FastAPI's (and the compiled handlers') wrapper of whatever reading and decoding the body raised: one
+            # of ours (JsonTooDeep from the body limit) keeps its code; bytes that do not decode (not UTF-8/16/32,
+            # a number of more than 4300 digits) are a malformed body.
+            cause = exc.__cause__
+            if isinstance(cause, BastionError):
+                return cause
+            if isinstance(cause, ValueError):
+                return MalformedBody()
         return from_http_exception(exc)
     return None
 

@@ -1,5 +1,5 @@
-"""Request limits: a deadline for the whole response (504; 408 while the body is still arriving) and a cap on the
-body size (413)."""
+"""Request limits: a deadline for the whole response (504; 408 while the body is still arriving), a cap on the
+body size (413) and on the nesting depth of a JSON body (400)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
-from bastion.errors import BadRequest, GatewayTimeout, PayloadTooLarge, RequestTimeout
+from bastion.errors import BadRequest, GatewayTimeout, JsonTooDeep, PayloadTooLarge, RequestTimeout
 from bastion.middleware._errors import TrackedSend
+from bastion.middleware._json_depth import JsonDepthGauge
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 from bastion_core import running_loop
 
@@ -38,6 +39,7 @@ class TimeoutMiddleware:
         assert task is not None
         deadline = TaskDeadline(task)
         body = _BodyWait(receive, deadline)
+        scope[_BODY_WAIT] = body
         timer = loop.call_at(loop.time() + self.timeout_secs, deadline.expire)
         try:
             await self.app(scope, body, tracked)
@@ -50,7 +52,7 @@ class TimeoutMiddleware:
                 raise
             if tracked.started:
                 raise TimeoutError from None
-            if body.waiting and not body.complete:
+            if stalled_on_body(scope):
                 # The listener closes the connection after this answer: the body never finished arriving.
                 raise RequestTimeout(f"Request body not received within {self.timeout_secs:g}s") from None
             raise GatewayTimeout(f"Request timed out after {self.timeout_secs:g}s") from None
@@ -58,6 +60,16 @@ class TimeoutMiddleware:
             timer.cancel()
             if deadline.expired:  # the handler swallowed our cancellation: take it back all the same
                 task.uncancel()
+
+
+_BODY_WAIT = "bastion.body_wait"  # the request's _BodyWait, for stalled_on_body
+
+
+def stalled_on_body(scope: Scope) -> bool:
+    """Whether the request's handler is waiting (or was when the timeout cancelled it) for a body the client has
+    not finished sending: then the time went to the client, not the service (408, and no breaker counts it)."""
+    body: _BodyWait | None = scope.get(_BODY_WAIT)
+    return body is not None and body.waiting and not body.complete
 
 
 class _BodyWait:
@@ -112,33 +124,51 @@ def _body_too_large(limit: int) -> HTTPException:
 
 
 class BodyLimitMiddleware:
-    """Reject bodies over ``max_body_bytes``: at once when Content-Length says so, else while streaming."""
+    """Reject bodies over ``max_body_bytes``: at once when Content-Length says so, else while streaming (413).
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    A body declared JSON (``application/json``, ``application/*+json``: what FastAPI parses) is measured as it
+    streams: nesting deeper than ``max_json_depth`` raises JsonTooDeep (400) from ``receive``, before any parser
+    (FastAPI's, the compiled handlers', a handler's own ``request.json()``) recurses into it.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_json_depth: int) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_json_depth = max_json_depth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         limit = self.max_body_bytes
+        gauge: JsonDepthGauge | None = None
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if not value.isdigit():
                     raise BadRequest("Invalid Content-Length header")
                 if int(value) > limit:
                     raise PayloadTooLarge(f"Request body too large (limit {limit} bytes)")
-                break
+            elif name == b"content-type" and gauge is None and is_json_media_type(value):
+                gauge = JsonDepthGauge(self.max_json_depth)
         received = 0
 
         async def limited_receive() -> Message:
             nonlocal received
             message = await receive()
             if message["type"] == "http.request":
-                received += len(message.get("body", b""))
+                body = message.get("body", b"")
+                received += len(body)
                 if received > limit:
                     raise _body_too_large(limit)
+                if gauge is not None and not gauge.feed(body, last=not message.get("more_body", False)):
+                    raise JsonTooDeep(f"Request body nests JSON deeper than {gauge.limit} levels")
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+def is_json_media_type(value: bytes) -> bool:
+    """Whether a ``content-type`` value names JSON as FastAPI reads it: ``application/json`` or
+    ``application/<anything>+json``, parameters and case aside."""
+    media = value.partition(b";")[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))

@@ -1,11 +1,15 @@
 """Inbound resilience: one layer per ``service.use_resilience(...)``, a bulkhead inside a circuit breaker.
 
 A layer guards the requests (and gRPC calls) in its scope: every versioned route, one version, or a group of
-paths. Each layer owns its breaker and its bulkhead pool. Outcomes (spec, failure classification): a 5xx
-response or an exception is a failure, a 4xx never is; for gRPC the server-side statuses INTERNAL, UNKNOWN,
-UNAVAILABLE, DEADLINE_EXCEEDED and DATA_LOSS are failures, the caller's (INVALID_ARGUMENT, NOT_FOUND, ...) are
-not. Rejections: 503 ``SERVICE_UNAVAILABLE`` with ``Retry-After`` (seconds until Half-Open for an open circuit,
-1 for a full bulkhead); over gRPC ``UNAVAILABLE`` with ``retry-after`` in the trailers.
+paths. Each layer owns its breaker and its bulkhead pool. Outcomes (spec, failure classification; the table in
+docs/resilience.md): the breaker counts the service's own faults only. A 5xx response, an exception from the
+handler, a handler stopped by the timeout are failures; any response below 500 is a success (a 4xx never is a
+failure); what the client ended (it left, it was too slow sending its body) is not counted. For gRPC the
+server-side statuses INTERNAL, UNKNOWN, UNAVAILABLE, DEADLINE_EXCEEDED and DATA_LOSS raised by the handler are
+failures, the caller's (INVALID_ARGUMENT, NOT_FOUND, ...) successes, and a call the client broke (a missing,
+truncated or undecodable message), cancelled or let its deadline pass is not counted. Rejections: 503
+``SERVICE_UNAVAILABLE`` with ``Retry-After`` (seconds until Half-Open for an open circuit, 1 for a full
+bulkhead); over gRPC ``UNAVAILABLE`` with ``retry-after`` in the trailers.
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlette.requests import ClientDisconnect
+
 from bastion._health import ALWAYS_PUBLIC
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import ResilienceSettings
 from bastion.errors import BulkheadFull, CircuitOpen
 from bastion.middleware._errors import as_bastion_error
+from bastion.middleware._limits import stalled_on_body
 from bastion.types import SCOPE_API_VERSION, ASGIApp, Message, Receive, Scope, Send
 from bastion_core import (
     Bulkhead,
@@ -32,8 +39,9 @@ from bastion_core import (
 )
 
 GrpcFinish = Callable[[str | None], Awaitable[None]]
-"""Called once a guarded gRPC call is over: its status name (``"OK"``, ``"INTERNAL"``, ...), or ``None`` when
-the handler never ran (a later step refused the call)."""
+"""Called once a guarded gRPC call is over: its status name (``"OK"``, ``"INTERNAL"``, ...), or ``None`` when the
+outcome says nothing about the service (a later step refused the call; the client cancelled it, let its deadline
+pass or sent a broken request message)."""
 
 FAILED_GRPC_STATUSES = frozenset({"INTERNAL", "UNKNOWN", "UNAVAILABLE", "DEADLINE_EXCEEDED", "DATA_LOSS"})
 OVERRIDES = frozenset({"threshold", "min_requests", "wait_secs", "half_open_requests", "max_concurrent", "max_wait"})
@@ -162,8 +170,9 @@ class ResilienceMiddleware:
     """The HTTP face of a :class:`ResilienceLayer` (inside policy, outside the handler).
 
     A 5xx response or an exception (other than a Bastion or HTTP error below 500) counts as a failure; a
-    request cancelled by the timeout layer counts too (a hanging service is the case a breaker is for). The
-    bulkhead slot is returned whatever ends the request.
+    request cancelled by the timeout layer counts too (a hanging service is the case a breaker is for), unless
+    its handler was still waiting for the client's body (the 408). A client that disconnects is not counted.
+    The bulkhead slot is returned whatever ends the request.
     """
 
     def __init__(self, app: ASGIApp, *, guard: ResilienceLayer) -> None:
@@ -185,12 +194,17 @@ class ResilienceMiddleware:
 
         try:
             await self.app(scope, receive, send_status)
+        except ClientDisconnect:
+            self.guard.leave(ticket, None)  # the client left before the answer: nothing learnt
+            raise
         except Exception as exc:
             error = as_bastion_error(exc)
             self.guard.leave(ticket, error is not None and error.status < 500)
             raise
         except asyncio.CancelledError:
-            self.guard.leave(ticket, False)
+            # The timeout layer's deadline: a handler that hangs is what a breaker is for; a client too slow
+            # sending its body (the 408) says nothing about the service.
+            self.guard.leave(ticket, None if stalled_on_body(scope) else False)
             raise
         except BaseException:
             self.guard.leave(ticket, None)

@@ -295,7 +295,7 @@ class CompiledHandler:
             return body_bytes
         try:
             parsed = json.loads(body_bytes)
-        except ValueError:  # JSONDecodeError, or bytes that are not UTF-8/16/32: FastAPI's 400
+        except (ValueError, RecursionError):  # not JSON, not UTF-8/16/32, or nested too deep: FastAPI's 400
             return _Fallback
         request._json = parsed  # what request.json() would have cached
         return parsed

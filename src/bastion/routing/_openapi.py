@@ -153,7 +153,7 @@ class _Responses:
         if has_path_params:
             bad_request.append("a path parameter holds a control character (BAD_REQUEST)")
         if has_body:
-            bad_request.append("the body is not valid JSON (MALFORMED_BODY)")
+            bad_request.append("the body is not valid JSON (MALFORMED_BODY) or nests it too deeply (JSON_TOO_DEEP)")
         if bad_request:
             self._put(responses, 400, f"Bad request: {'; '.join(bad_request)}.")
         if has_body:

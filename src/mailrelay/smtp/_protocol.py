@@ -16,7 +16,7 @@ import structlog
 from aiosmtpd.smtp import SMTP
 
 from mailrelay.smtp import _replies as r
-from mailrelay.smtp._data import read_message
+from mailrelay.smtp._data import DOT_STUFFED_LINE_OCTETS, read_message
 from mailrelay.smtp._hub import ConnectionHub
 from mailrelay.smtp._paths import check_mail_parameters, parse_path, printable_domain, strip_keyword
 from mailrelay.smtp._replies import Reply
@@ -34,7 +34,7 @@ from mailrelay.smtp._session import (
 
 COMMAND_LINE_LIMIT = 512  # RFC 5321 4.5.3.1.4, verb and CRLF included
 MAIL_PARAMETER_ALLOWANCE = 64  # RFC 1870 SIZE=, RFC 6152 BODY=, RFC 6531 SMTPUTF8 extend MAIL's line
-TEXT_LINE_LIMIT = 1001  # RFC 5321 4.5.3.1.6: 998 octets + CRLF, plus one transparency dot
+TEXT_LINE_LIMIT = DOT_STUFFED_LINE_OCTETS  # the reader's limit: a line's octets before its CRLF (RFC 5321 4.5.3.1.6)
 MAX_BAD_COMMANDS = 10  # unrecognized or malformed commands before the connection is dropped
 log = structlog.get_logger("mailrelay.smtp")
 

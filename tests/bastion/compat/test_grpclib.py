@@ -1,12 +1,19 @@
-"""The grpclib internals ``bastion._compat.grpclib`` relies on (verified on grpclib 0.4.9, h2 4.4.1)."""
+"""What ``bastion._compat.grpclib`` assumes of grpclib's internals, checked on the installed version (verified on
+grpclib 0.4.9, h2 4.4.1): an upgrade that changes one fails here, by name."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from grpclib.protocol import Connection, H2Protocol
-from grpclib.server import Server
+import grpclib
+import pytest
+from grpclib.const import Cardinality
+from grpclib.encoding.proto import ProtoCodec
+from grpclib.events import _DispatchServerEvents
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+from grpclib.protocol import Buffer, Connection, H2Protocol
+from grpclib.server import Server, Stream
 from h2.connection import H2Connection
 
 from bastion._compat import grpclib as grpclib_compat
@@ -54,3 +61,91 @@ async def test_a_connection_holds_its_h2_state_machine_and_writes_through_its_tr
     stream = connection.create_stream(stream_id=1)
     assert stream._transport is replacement  # streams opened later write through the replacement too
     protocol.connection_lost(None)
+
+
+class H2Stream:
+    """The HTTP/2 stream side of a call: grpclib's own receive buffer, a connection's statistics."""
+
+    def __init__(self) -> None:
+        self.buffer = Buffer(lambda size: None)
+        self.connection = self
+
+    async def recv_data(self, size: int) -> bytes:
+        return await self.buffer.read(size)
+
+    def get_peer(self) -> None:
+        return None
+
+    messages_received = Connection.messages_received
+    last_message_received = Connection.last_message_received
+
+
+def call(cardinality: Cardinality = Cardinality.UNARY_UNARY) -> tuple[Stream[Any, Any], H2Stream]:
+    h2_stream = H2Stream()
+    stream: Stream[Any, Any] = Stream(
+        h2_stream,  # type: ignore[arg-type]
+        "/grpc.health.v1.Health/Check",
+        cardinality,
+        HealthCheckRequest,
+        HealthCheckResponse,
+        codec=ProtoCodec(),
+        status_details_codec=None,
+        dispatch=_DispatchServerEvents(),
+    )
+    return stream, h2_stream
+
+
+def test_the_version_is_the_one_verified() -> None:
+    assert grpclib.__version__ == "0.4.9", "re-check bastion/_compat/grpclib.py against this grpclib, then update"
+
+
+async def test_recv_bytes_reads_exactly_the_size_asked() -> None:
+    stream, h2_stream = call()
+    h2_stream.buffer.add(b"\x00\x00\x00", 3)
+    h2_stream.buffer.add(b"\x00\x02ab", 4)
+    assert await grpclib_compat.recv_bytes(stream, 5) == b"\x00\x00\x00\x00\x02"
+    assert await grpclib_compat.recv_bytes(stream, 2) == b"ab"
+
+
+async def test_a_stream_ended_without_data_reads_empty() -> None:
+    stream, h2_stream = call()
+    h2_stream.buffer.eof()
+    assert await grpclib_compat.recv_bytes(stream, 5) == b""
+
+
+async def test_a_stream_ended_inside_the_bytes_asked_is_stream_ended() -> None:
+    """grpclib's Buffer.read raises AssertionError ("Received less data than expected"), not a short read."""
+    stream, h2_stream = call()
+    h2_stream.buffer.add(b"\x00\x00", 2)
+    h2_stream.buffer.eof()
+    with pytest.raises(grpclib_compat.StreamEnded):
+        await grpclib_compat.recv_bytes(stream, 5)
+
+
+def test_cardinality_says_whether_the_client_streams() -> None:
+    assert not grpclib_compat.client_streams(call(Cardinality.UNARY_UNARY)[0])
+    assert not grpclib_compat.client_streams(call(Cardinality.UNARY_STREAM)[0])
+    assert grpclib_compat.client_streams(call(Cardinality.STREAM_UNARY)[0])
+    assert grpclib_compat.client_streams(call(Cardinality.STREAM_STREAM)[0])
+
+
+async def test_a_request_decodes_with_the_calls_codec_and_counts_as_received() -> None:
+    stream, h2_stream = call()
+    message = grpclib_compat.decode_request(stream, HealthCheckRequest(service="x").SerializeToString())
+    assert message == HealthCheckRequest(service="x")
+    assert await grpclib_compat.received(stream, message) == message
+    assert stream._messages_received == 1
+    assert h2_stream.messages_received == 1
+    assert h2_stream.last_message_received is not None
+
+
+def test_a_request_that_does_not_decode_raises() -> None:
+    with pytest.raises(Exception, match="Error parsing message"):
+        grpclib_compat.decode_request(call()[0], b"\xff\xff\xff")
+
+
+def test_the_initial_metadata_state_the_sender_reads() -> None:
+    stream = call()[0]
+    assert stream._send_initial_metadata_done is False
+    assert stream._content_type == "application/grpc+proto"
+    assert callable(stream._dispatch.send_initial_metadata)

@@ -1,20 +1,26 @@
-"""Timeout (504) and body-size limit (413) in the error shape."""
+"""Timeout (504), body-size limit (413) and JSON nesting-depth limit (400) in the error shape."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import httpx
 import pytest
-from fastapi import Request
+from fastapi import HTTPException, Request
+from pydantic import BaseModel
 
 from bastion import Service
 from bastion.errors import GatewayTimeout, RequestTimeout
 from bastion.middleware._limits import TimeoutMiddleware
 from bastion.types import Message, Receive, Scope, Send
 from tests.conftest import open_settings
+
+
+class Holder(BaseModel):
+    value: Any = None
 
 
 def service() -> Service:
@@ -32,6 +38,25 @@ def service() -> Service:
     @v1.post("/json")
     async def json_body(payload: dict[str, str]) -> dict[str, int]:
         return {"keys": len(payload)}
+
+    @v1.post("/any")
+    async def any_body(payload: list[Any]) -> list[Any]:
+        return payload
+
+    @v1.post("/model")
+    async def model_body(payload: Holder) -> Holder:
+        return payload
+
+    @v1.post("/parsed-by-the-handler")
+    async def parsed_by_the_handler(request: Request) -> Any:
+        return await request.json()
+
+    @v1.get("/number")
+    async def number(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError as exc:
+            raise HTTPException(400, "text is not a number") from exc
 
     return svc
 
@@ -242,3 +267,95 @@ async def test_a_handler_that_swallows_the_deadline_still_leaves_the_task_uncanc
     await _call(TimeoutMiddleware(stubborn, timeout_secs=0.05), sent)
     assert sent[-1]["body"] == b"late"
     assert task.cancelling() == 0
+
+
+DEPTH_ROUTES = ["/api/v1/any", "/api/v1/model", "/api/v1/parsed-by-the-handler"]
+
+
+def nested(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+@pytest.mark.parametrize("compiled", ["true", "false"], ids=["compiled-handlers", "fastapi-handlers"])
+@pytest.mark.parametrize("path", DEPTH_ROUTES)
+async def test_json_nested_past_the_limit_is_400_on_every_parse_path(
+    asgi_client: Callable[..., httpx.AsyncClient], path: str, compiled: str
+) -> None:
+    """FastAPI's handler, the compiled handlers and a handler's own ``request.json()``: the same 400."""
+    settings = open_settings(environ={"SERVICE_SERVICE_COMPILED_HANDLERS": compiled})
+    body = nested(100_000) if path != "/api/v1/model" else b'{"value":' + nested(100_000) + b"}"
+    response = await asgi_client(service(), settings).post(
+        path, content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "Request body nests JSON deeper than 64 levels",
+        "code": "JSON_TOO_DEEP",
+        "status": 400,
+    }
+
+
+@pytest.mark.parametrize("compiled", ["true", "false"], ids=["compiled-handlers", "fastapi-handlers"])
+async def test_json_at_the_configured_depth_passes_and_one_level_more_does_not(
+    asgi_client: Callable[..., httpx.AsyncClient], compiled: str
+) -> None:
+    settings = open_settings(
+        environ={"SERVICE_MIDDLEWARE_MAX_JSON_DEPTH": "8", "SERVICE_SERVICE_COMPILED_HANDLERS": compiled}
+    )
+    client = asgi_client(service(), settings)
+    for content_type in ("application/json", "application/problem+json; charset=utf-8", "Application/JSON"):
+        headers = {"content-type": content_type}
+        at_limit = await client.post("/api/v1/any", content=nested(8), headers=headers)
+        assert at_limit.status_code == 200, content_type
+        assert at_limit.content == nested(8)
+        over = await client.post("/api/v1/any", content=nested(9), headers=headers)
+        assert over.status_code == 400, content_type
+        assert over.json()["error"] == "Request body nests JSON deeper than 8 levels"
+
+
+async def test_a_deep_json_body_streamed_in_chunks_is_refused(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(40):
+            yield b"[" * 2
+        for _ in range(40):
+            yield b"]" * 2
+
+    response = await asgi_client(service()).post(
+        "/api/v1/any", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "JSON_TOO_DEEP"
+
+
+async def test_a_body_not_declared_json_is_not_measured(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+    """Binary uploads full of ``[`` bytes are not JSON: only the route's own checks apply."""
+    client = asgi_client(service())
+    for headers in ({"content-type": "application/octet-stream"}, {}):
+        response = await client.post("/api/v1/echo", content=nested(10_000), headers=headers)
+        assert response.json() == {"size": 20_000}
+
+
+@pytest.mark.parametrize("compiled", ["true", "false"], ids=["compiled-handlers", "fastapi-handlers"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"[\xff\xfe\xfd]", id="not-utf8"),
+        pytest.param(b"[1,", id="not-json"),
+        pytest.param(b"1" * 5000, id="integer-of-5000-digits"),
+    ],
+)
+async def test_a_body_that_does_not_decode_is_400_malformed_body(
+    asgi_client: Callable[..., httpx.AsyncClient], body: bytes, compiled: str
+) -> None:
+    settings = open_settings(environ={"SERVICE_SERVICE_COMPILED_HANDLERS": compiled})
+    response = await asgi_client(service(), settings).post(
+        "/api/v1/model", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "MALFORMED_BODY"
+
+
+async def test_a_handlers_own_400_keeps_its_message(asgi_client: Callable[..., httpx.AsyncClient]) -> None:
+    """Only FastAPI's body-parsing 400 is read for its cause; a handler's 400 from a ValueError is its own."""
+    response = await asgi_client(service()).get("/api/v1/number", params={"text": "x"})
+    assert response.json() == {"error": "text is not a number", "code": "BAD_REQUEST", "status": 400}

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
 
 from bastion import ConfigError, Service, load_settings
 from bastion.config import Settings
@@ -43,6 +43,10 @@ def service(**use: object) -> Service:
     @v1.get("/dependency")
     async def dependency() -> None:
         raise CircuitOpenError("payments", retry_after=7.2)
+
+    @v1.post("/upload")
+    async def upload(request: Request) -> dict[str, int]:
+        return {"size": len(await request.body())}
 
     built.use_resilience(**use)  # type: ignore[arg-type]
     return built
@@ -80,6 +84,58 @@ async def test_a_hanging_handler_is_freed_by_the_timeout_and_counts_as_a_failure
     assert (await client.get("/api/v1/hang")).status_code == 504
     layer = client._transport.app.resilience[0]  # type: ignore[attr-defined]
     assert (layer.bulkhead.in_use, layer.breaker.state) == (0, BreakerState.OPEN)
+
+
+async def test_a_body_too_slow_to_arrive_is_not_counted(asgi_client: Client) -> None:
+    """The 408: the deadline passed while the handler waited for the client's body."""
+    app_settings = load_settings(
+        environ={
+            **TOKEN_OFF,
+            "SERVICE_MIDDLEWARE_TIMEOUT_SECS": "0.05",
+            "SERVICE_MIDDLEWARE_RESILIENCE_CIRCUIT_BREAKER_MIN_REQUESTS": "1",
+        }
+    )
+
+    async def half_a_body() -> AsyncIterator[bytes]:
+        yield b"{"
+        await asyncio.sleep(30)
+
+    client = asgi_client(service(), app_settings)
+    assert (await client.post("/api/v1/upload", content=half_a_body())).status_code == 408
+    assert breaker_of(client).snapshot().window == 0
+    assert (await client.get("/api/v1/hang")).status_code == 504  # a hanging handler still counts
+    assert breaker_of(client).state is BreakerState.OPEN
+
+
+async def test_a_client_that_disconnects_is_not_counted(asgi_client: Client) -> None:
+    client = asgi_client(service(), settings(circuit_breaker_min_requests="1"))
+    app = client._transport.app  # type: ignore[attr-defined]
+    sent: list[dict[str, object]] = []
+
+    async def gone() -> dict[str, object]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/v1/upload",
+        "raw_path": b"/api/v1/upload",
+        "query_string": b"",
+        "headers": [(b"content-length", b"10")],
+        "scheme": "http",
+        "server": ("t", 80),
+        "client": ("127.0.0.1", 1),
+        "root_path": "",
+        "http_version": "1.1",
+        "asgi": {"version": "3.0"},
+    }
+    await app(scope, gone, send)
+    assert sent == []  # nobody to answer
+    assert breaker_of(client).snapshot().window == 0
+    assert breaker_of(client).state is BreakerState.CLOSED
 
 
 async def test_an_outbound_rejection_inside_a_handler_is_a_503_with_retry_after(asgi_client: Client) -> None:

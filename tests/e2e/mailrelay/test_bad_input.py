@@ -7,9 +7,11 @@ import socket
 import time
 from collections.abc import Callable
 
+import pytest
+
 from mailrelay.smtp import _replies as r
 from mailrelay.testing import WebhookReceiver
-from tests.e2e.mailrelay.support import MAX_MESSAGE_SIZE, TARGET, RawSmtp, RelayProcess
+from tests.e2e.mailrelay.support import MAX_MESSAGE_SIZE, TARGET, RawSmtp, RelayProcess, wait_until
 
 
 def start_data(relay: RelayProcess) -> RawSmtp:
@@ -37,6 +39,47 @@ def test_over_long_data_line_is_rejected(relay: RelayProcess, webhook: WebhookRe
         assert client.reply() == [str(r.DATA_LINE_TOO_LONG).encode()]
         assert client.command("NOOP") == [b"250 OK"]
     assert webhook.requests == []
+
+
+@pytest.mark.parametrize(
+    ("wire", "delivered"),
+    [
+        pytest.param(b"x" * 998, "x" * 998, id="998-octets-accepted"),
+        pytest.param(b"x" * 999, None, id="999-octets-refused"),
+        pytest.param(b"." + b"x" * 998, "x" * 998, id="dot-and-998-accepted"),
+        pytest.param(b"." + b"x" * 999, None, id="dot-and-999-refused"),
+    ],
+)
+def test_a_data_line_holds_998_octets_plus_a_transparency_dot(
+    relay: RelayProcess, webhook: WebhookReceiver, wire: bytes, delivered: str | None
+) -> None:
+    """RFC 5321 4.5.3.1.6: 1000 octets with the CRLF; a dot-stuffed line has one more, removed on receipt."""
+    with start_data(relay) as client:
+        client.send(b"Subject: edge\r\n\r\n" + wire + b"\r\n.\r\n")
+        if delivered is None:
+            assert client.reply() == [b"500 5.5.2 Line too long (RFC 5321 4.5.3.1.6)"]
+        else:
+            assert client.reply() == [str(r.MESSAGE_ACCEPTED).encode()]
+        assert client.command("NOOP") == [b"250 OK"]  # the session goes on
+    if delivered is None:
+        assert webhook.requests == []
+    else:
+        assert wait_until(lambda: len(webhook.requests) == 1, timeout=10)
+        assert json.loads(webhook.requests[0].body)["body"] == delivered + "\n"
+
+
+def test_smtplib_dot_stuffs_a_998_octet_line_starting_with_a_dot_and_it_arrives_whole(
+    relay: RelayProcess, webhook: WebhookReceiver
+) -> None:
+    """The client's side of the rule: smtplib sends the line as 999 octets, the relay removes the dot."""
+    line = "." + "y" * 997
+    with relay.smtp() as smtp:
+        smtp.ehlo()
+        smtp.mail("alice@example.org")
+        smtp.rcpt(TARGET)
+        assert smtp.data(f"From: alice@example.org\r\nSubject: dot\r\n\r\n{line}\r\n".encode())[0] == 250
+    assert wait_until(lambda: len(webhook.requests) == 1, timeout=10)
+    assert json.loads(webhook.requests[0].body)["body"] == line + "\n"
 
 
 def test_over_long_line_ending_in_dot_does_not_end_data(relay: RelayProcess, webhook: WebhookReceiver) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from mailrelay.smtp import _replies as r
-from mailrelay.smtp._data import read_message
+from mailrelay.smtp._data import DOT_STUFFED_LINE_OCTETS, read_message
 from mailrelay.smtp._replies import Reply
 
 
@@ -51,3 +53,22 @@ async def test_on_line_is_called_per_line() -> None:
     calls: list[int] = []
     await read_message(reader, max_size=100, on_line=lambda: calls.append(1))
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize(
+    ("line", "accepted"),
+    [
+        pytest.param(b"x" * 998, True, id="998-octets"),
+        pytest.param(b"x" * 999, False, id="999-octets"),
+        pytest.param(b"." + b"x" * 998, True, id="dot-and-998"),
+        pytest.param(b"." + b"x" * 999, False, id="dot-and-999"),
+        pytest.param(b"x" * 1001, False, id="1001-octets-past-the-readers-limit"),
+    ],
+)
+async def test_a_line_holds_998_octets_plus_the_transparency_dot(line: bytes, accepted: bool) -> None:
+    """RFC 5321 4.5.3.1.6: 1000 octets with the CRLF; a dot-stuffed line has one more, removed on receipt."""
+    reader = asyncio.StreamReader(limit=DOT_STUFFED_LINE_OCTETS)
+    reader.feed_data(b"a\r\n" + line + b"\r\nb\r\n.\r\nQUIT\r\n")
+    result = await read_message(reader, max_size=10_000)
+    assert result == (b"a\r\n" + line.removeprefix(b".") + b"\r\nb\r\n" if accepted else r.DATA_LINE_TOO_LONG)
+    assert await reader.readline() == b"QUIT\r\n"
