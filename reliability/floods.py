@@ -36,6 +36,10 @@ UNREAD_ENDED_WITHIN_SECS = 8.0
 or stops reading it) within this. A GOAWAY queued behind unread answers cannot arrive: the server gives it two
 lingers (4 s) before it aborts the connection, so this is its decision plus those 4 s, plus slack."""
 HEALTH_P99_SECS = 0.1
+"""``/health`` p99 while a flood runs (issue 27). The quick run, inside ``make test`` on a machine that may be
+busy with other work, holds it to ``QUICK_HEALTH_P99_SECS``: enough to show that no flood stalls the loop (without
+the limits the p99 was seconds)."""
+QUICK_HEALTH_P99_SECS = 1.0
 RSS_GROWTH_BYTES = 50 * MB
 STALL_SECS = 0.2
 """An attacker's send that makes no progress for this long means the server stopped reading the connection."""
@@ -272,7 +276,9 @@ async def _flooding(port: int, shape: Flood, window: float) -> tuple[list[Round]
     return rounds, served
 
 
-def _flood_figures(scenario: str, case: str, rounds: list[Round], served: probes.Served) -> list[Figure]:
+def _flood_figures(
+    scenario: str, case: str, rounds: list[Round], served: probes.Served, p99_bound: float
+) -> list[Figure]:
     wrong = [r.code for r in rounds if r.code != ENHANCE_YOUR_CALM]
     code = wrong[0] if wrong or not rounds else ENHANCE_YOUR_CALM
     afters = [r.after for r in rounds if r.after is not None]
@@ -292,7 +298,7 @@ def _flood_figures(scenario: str, case: str, rounds: list[Round], served: probes
             scenario,
             f"{case}: /health p99 during",
             None if p99 is None else p99 * 1000,
-            HEALTH_P99_SECS * 1000,
+            p99_bound * 1000,
             unit=" ms",
         ),
         equals(scenario, f"{case}: /health failed during", served.sent - served.ok, 0, note=f"of {served.sent}"),
@@ -313,7 +319,8 @@ def http2_floods(ctx: Context) -> list[Figure]:
         }
         for case, shape in floods.items():
             rounds, served = asyncio.run(_flooding(app.port, shape, window))
-            figures += _flood_figures(name, case, rounds, served)
+            p99_bound = QUICK_HEALTH_P99_SECS if ctx.quick else HEALTH_P99_SECS
+            figures += _flood_figures(name, case, rounds, served, p99_bound)
         figures += _served_after(name, app)
     return figures + servers.ServerLog.read(app.server.log_path).figures(name)
 
