@@ -1,5 +1,5 @@
-"""The hand-off from SMTP to the webhook: parse, check, shape, then deliver (direct mode) or queue (queue mode),
-and answer DATA."""
+"""The hand-off from SMTP to the delivery target: parse, check, shape, then deliver (direct mode) or queue (queue
+mode), and answer DATA."""
 
 from __future__ import annotations
 
@@ -14,16 +14,15 @@ from typing import Protocol, TypeVar
 
 import structlog
 
-from bastion_core import BreakerState, CircuitBreaker
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
 from mailrelay._attachments import Attachment, AttachmentSink, InlineSink
-from mailrelay._delivery import BREAKER_OPEN_REASON, DeliveryOutcome, DeliveryResult, WebhookClient
 from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcement
 from mailrelay._errors import AttachmentRejected, AttachmentStoreFailed, QueueUnavailable
 from mailrelay._metrics import Delivery, RelayMetrics
 from mailrelay._parsing import MimePart, ParsedMessage, parse_message, scrub
 from mailrelay._payload import build_payload
 from mailrelay._processes import WorkerCrashed, WorkerProcesses
+from mailrelay._target import DeliveryOutcome, DeliveryResult, DeliveryTarget
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._replies import Reply
 from mailrelay.smtp._session import Envelope, Session
@@ -56,10 +55,10 @@ class Relay:
 
     Order: parse; the attachment policy (552/554 when its action is reject; dropped attachments are logged and
     counted); DMARC when an evaluator is set (with `dmarc_enforce`: 550 for a failing p=reject domain, 451 on
-    temperror); the attachments' upload (451 when it fails); then the webhook. The reply is known only after the
-    webhook answered: 250 delivered, 451 temporary (retries exhausted or the circuit is open; the sending server
-    keeps the message), 554 refused by the webhook. The recipient in the payload is the first accepted one.
-    `breaker` is the one under the webhook client's transport: while it is open the reply is 451 at once.
+    temperror); the attachments' upload (451 when it fails); then the `target`. The reply is known only after the
+    target answered: 250 delivered, 451 temporary (retries exhausted or the circuit is open; the sending server
+    keeps the message), 554 refused by the target. The recipient in the payload is the first accepted one.
+    While the target pauses (its breaker is open) the reply is 451 at once, before any work.
 
     With a `queue` (queue mode) every check above still comes first, then the payload is queued instead of
     posted: 250 once the queue stored it, 451 when the queue is unavailable; the breaker does not matter here
@@ -72,8 +71,7 @@ class Relay:
     def __init__(
         self,
         *,
-        webhook: WebhookClient,
-        breaker: CircuitBreaker | None = None,
+        target: DeliveryTarget,
         attachment_policy: AttachmentPolicy,
         header_prefixes: Sequence[str] = (),
         attachment_sink: AttachmentSink | None = None,
@@ -85,8 +83,7 @@ class Relay:
         new_delivery_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         random: Callable[[], float] = random.random,
     ) -> None:
-        self.webhook = webhook
-        self.breaker = breaker
+        self.target = target
         self.attachment_policy = attachment_policy
         self.header_prefixes = tuple(header_prefixes)
         self.attachment_sink: AttachmentSink = attachment_sink or InlineSink()
@@ -112,12 +109,13 @@ class Relay:
     async def handle_envelope(self, envelope: Envelope, session: Session) -> Reply:
         delivery_id = self._new_delivery_id()
         bound = log.bind(delivery_id=delivery_id, peer=session.peer_ip)
-        if self.queue is None and self.breaker is not None and self.breaker.state is BreakerState.OPEN:
-            # Nothing can be posted for now: say so before parsing, checking or uploading anything.
-            bound.warning("message_deferred", reason="circuit_open", retry_in=round(self.breaker.retry_after(), 1))
+        pause = self.target.pause() if self.queue is None else None
+        if pause is not None:
+            # Nothing can be delivered for now: say so before parsing, checking or uploading anything.
+            bound.warning("message_deferred", reason="circuit_open", retry_in=round(pause.retry_in, 1))
             if self.metrics is not None:
                 self.metrics.delivery(Delivery.CIRCUIT_OPEN)
-            return r.temporary_failure(BREAKER_OPEN_REASON)
+            return r.temporary_failure(pause.reason)
         raw = envelope.content or b""
         try:
             message = await self._cpu_bound(len(raw), parse_message, raw)
@@ -181,7 +179,7 @@ class Relay:
             if self.queue.fits(len(body)):
                 return await self._enqueue(self.queue, body, delivery_id, attachments, bound, details)
             bound.info("message_too_large_for_queue", payload_size=len(body))
-        result = await self.webhook.deliver(body, delivery_id=delivery_id)
+        result = await self.target.deliver(body, delivery_id=delivery_id)
         if not result.posted:
             await self.attachment_sink.discard(attachments)  # nothing was posted: no object is referenced
         bound.info(

@@ -392,8 +392,7 @@ def make_relay(open_transport: Callable[..., AiohttpTransport]) -> MakeRelay:
         breaker = breaker or CircuitBreaker("webhook", min_requests=10, wait_secs=60, clock=FakeClock())
         transport = TimedTransport(open_transport(breaker), metrics)
         return Relay(
-            webhook=WebhookClient(transport=transport, user_agent="UA", max_retries=1, sleep=_no_sleep),
-            breaker=breaker,
+            target=WebhookClient(transport=transport, user_agent="UA", breaker=breaker, max_retries=1, sleep=_no_sleep),
             attachment_policy=options.pop("attachment_policy", None) or AttachmentPolicy(max_bytes=10_000),  # type: ignore[arg-type]
             metrics=metrics,
             **options,  # type: ignore[arg-type]
@@ -551,10 +550,9 @@ def make_workers(open_transport: Callable[..., AiohttpTransport], queue: JetStre
         transport = TimedTransport(open_transport(breaker), metrics)
         return DeliveryWorkers(
             inbox=queue,
-            webhook=WebhookClient(transport=transport, user_agent="UA"),
+            target=WebhookClient(transport=transport, user_agent="UA", breaker=breaker),
             rules=RedeliveryRules(max_attempts=max_attempts, max_age=3600, backoff_base=0.01),
             concurrency=1,
-            breaker=breaker,
             metrics=metrics,
         )
 
