@@ -137,6 +137,14 @@ class RelayMetrics:
         if process_collector:  # process_cpu_seconds_total, process_resident_memory_bytes, ... (Linux)
             ProcessCollector(registry=registry)
 
+        self._add_smtp_metrics(registry)
+        self._add_delivery_metrics(registry)
+        self._add_content_metrics(registry, dmarc=dmarc)
+        self._add_queue_metrics(queue_registry)
+        self._queue: _QueueCollector | None = None
+
+    def _add_smtp_metrics(self, registry: CollectorRegistry) -> None:
+        """Sessions, recipients and messages, by the SMTP reply."""
         self._sessions = Gauge("mailrelay_smtp_sessions_active", "SMTP sessions open now.", registry=registry)
         refused = Counter(
             "mailrelay_smtp_sessions_refused",
@@ -162,6 +170,8 @@ class RelayMetrics:
         )
         self._messages = {code: self._message_counter.labels(_outcome(code), str(code)) for code in MESSAGE_CODES}
 
+    def _add_delivery_metrics(self, registry: CollectorRegistry) -> None:
+        """Deliveries and their attempts, by target and outcome (and the deprecated aliases)."""
         duration = Histogram(
             ATTEMPT_DURATION,
             "Duration of one delivery attempt (webhook: request sent, answer read), by target and outcome.",
@@ -179,6 +189,8 @@ class RelayMetrics:
         self._deliveries = {outcome: deliveries.labels(WEBHOOK_TARGET, outcome.value) for outcome in Delivery}
         registry.register(_Aliases([duration, deliveries]))
 
+    def _add_content_metrics(self, registry: CollectorRegistry, *, dmarc: bool) -> None:
+        """DMARC results (exported only with `dmarc`) and attachments."""
         results = Counter(
             "mailrelay_dmarc_results", "DMARC evaluations by result.", ["result"], registry=registry if dmarc else None
         )
@@ -202,26 +214,28 @@ class RelayMetrics:
             "Messages deferred (451) because an attachment upload failed.",
             registry=registry,
         )
+
+    def _add_queue_metrics(self, registry: CollectorRegistry | None) -> None:
+        """Queue mode's counters (exported only with a registry: in queue mode)."""
         self._publish_failures = Counter(
             "mailrelay_queue_publish_failures",
             "Messages deferred (451) because the stream did not store them.",
-            registry=queue_registry,
+            registry=registry,
         )
         retries = Counter(
             "mailrelay_queue_retries",
             "Queued messages handed back to the stream for a later attempt, by reason.",
             ["reason"],
-            registry=queue_registry,
+            registry=registry,
         )
         self._retries = {reason: retries.labels(reason.value) for reason in Retry}
         dead = Counter(
             "mailrelay_queue_dead_letters",
             "Queued messages this relay put on the dead-letter subject, by reason.",
             ["reason"],
-            registry=queue_registry,
+            registry=registry,
         )
         self._dead_letters = {reason: dead.labels(reason.value) for reason in DeadLetter}
-        self._queue: _QueueCollector | None = None
 
     # SmtpObserver
 

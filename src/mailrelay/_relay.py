@@ -109,13 +109,9 @@ class Relay:
     async def handle_envelope(self, envelope: Envelope, session: Session) -> Reply:
         delivery_id = self._new_delivery_id()
         bound = log.bind(delivery_id=delivery_id, peer=session.peer_ip)
-        pause = self.target.pause() if self.queue is None else None
-        if pause is not None:
-            # Nothing can be delivered for now: say so before parsing, checking or uploading anything.
-            bound.warning("message_deferred", reason="circuit_open", retry_in=round(pause.retry_in, 1))
-            if self.metrics is not None:
-                self.metrics.delivery(Delivery.CIRCUIT_OPEN)
-            return r.temporary_failure(pause.reason)
+        paused = self._paused(bound)
+        if paused is not None:
+            return paused
         raw = envelope.content or b""
         try:
             message = await self._cpu_bound(len(raw), parse_message, raw)
@@ -124,29 +120,16 @@ class Relay:
         except Exception:
             bound.exception("message_unparsable")
             return r.MESSAGE_UNPARSABLE
-        try:
-            screened = self.attachment_policy.screen(message.parts)
-        except AttachmentRejected as exc:
-            bound.info(
-                "message_refused",
-                reason="attachment_policy",
-                rule=exc.rule,
-                filename=_shown_filename(exc.filename),
-                content_type=scrub(exc.content_type),
-                size=exc.size,
-            )
-            return r.ATTACHMENT_POLICY_REPLIES[exc.rule]
-        self._log_dropped(screened, bound)
+        screened = self._screen(message, bound)
+        if isinstance(screened, Reply):
+            return screened
         verdict: DmarcVerdict | None = None
         if self.dmarc is not None:
             verdict = await self.dmarc.evaluate(
                 raw=raw, peer_ip=session.peer_ip, helo=session.helo or "", mail_from=envelope.mail_from or ""
             )
-            if self.metrics is not None:
-                self.metrics.dmarc(verdict.result)
-            refusal = self._dmarc_refusal(verdict) if self.dmarc_enforce else None
+            refusal = self._dmarc_refusal(verdict, bound)
             if refusal is not None:
-                bound.info("message_refused", reason="dmarc", dmarc_result=verdict.result.value, reply=refusal.code)
                 return refusal
         try:
             attachments = await self.attachment_sink.store(screened.kept, delivery_id=delivery_id)
@@ -179,6 +162,45 @@ class Relay:
             if self.queue.fits(len(body)):
                 return await self._enqueue(self.queue, body, delivery_id, attachments, bound, details)
             bound.info("message_too_large_for_queue", payload_size=len(body))
+        return await self._deliver(body, delivery_id, attachments, bound, details)
+
+    def _paused(self, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
+        """Direct mode while the target pauses: nothing can be delivered for now, so say so (451) before parsing,
+        checking or uploading anything."""
+        pause = self.target.pause() if self.queue is None else None
+        if pause is None:
+            return None
+        bound.warning("message_deferred", reason="circuit_open", retry_in=round(pause.retry_in, 1))
+        if self.metrics is not None:
+            self.metrics.delivery(Delivery.CIRCUIT_OPEN)
+        return r.temporary_failure(pause.reason)
+
+    def _screen(self, message: ParsedMessage, bound: structlog.typing.FilteringBoundLogger) -> Screened | Reply:
+        """The attachment policy: what is kept and dropped (dropped ones logged and counted), or the refusal."""
+        try:
+            screened = self.attachment_policy.screen(message.parts)
+        except AttachmentRejected as exc:
+            bound.info(
+                "message_refused",
+                reason="attachment_policy",
+                rule=exc.rule,
+                filename=_shown_filename(exc.filename),
+                content_type=scrub(exc.content_type),
+                size=exc.size,
+            )
+            return r.ATTACHMENT_POLICY_REPLIES[exc.rule]
+        self._log_dropped(screened, bound)
+        return screened
+
+    async def _deliver(
+        self,
+        body: bytes,
+        delivery_id: str,
+        attachments: Sequence[Attachment],
+        bound: structlog.typing.FilteringBoundLogger,
+        details: Mapping[str, object],
+    ) -> Reply:
+        """Direct mode: the target's delivery with its retries; the reply follows from how it ended."""
         result = await self.target.deliver(body, delivery_id=delivery_id)
         if not result.posted:
             await self.attachment_sink.discard(attachments)  # nothing was posted: no object is referenced
@@ -213,7 +235,18 @@ class Relay:
         bound.info("message_queued", **details)
         return r.MESSAGE_ACCEPTED
 
-    def _dmarc_refusal(self, verdict: DmarcVerdict) -> Reply | None:
+    def _dmarc_refusal(self, verdict: DmarcVerdict, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
+        """Counts the DMARC result; with `dmarc_enforce`, the reply refusing the message, if any (logged)."""
+        if self.metrics is not None:
+            self.metrics.dmarc(verdict.result)
+        if not self.dmarc_enforce:
+            return None
+        refusal = self._enforced(verdict)
+        if refusal is not None:
+            bound.info("message_refused", reason="dmarc", dmarc_result=verdict.result.value, reply=refusal.code)
+        return refusal
+
+    def _enforced(self, verdict: DmarcVerdict) -> Reply | None:
         decision = enforcement(verdict, sample=self._random())
         if decision is Enforcement.DEFER:
             return r.DMARC_TEMPERROR
