@@ -70,16 +70,12 @@ class Exemptions:
             return True
         path: str = scope["path"]
         if kind == "grpc":
-            if self.built_in and path.startswith(GRPC_BUILT_IN):
-                return True
-        elif self.built_in and path in ALWAYS_PUBLIC:
+            return (self.built_in and path.startswith(GRPC_BUILT_IN)) or _below(path, self.public_paths)
+        if self.built_in and path in ALWAYS_PUBLIC:
             return True
-        for prefix in self.public_paths:
-            if path == prefix or path.startswith(prefix + "/"):
-                return True
-        if kind == "grpc":
-            return False
-        if self.preflight and _is_preflight(scope):
+        if self.public_paths and _below(path, self.public_paths):
+            return True
+        if self.preflight and scope.get("method") == "OPTIONS" and _is_preflight(scope):
             return True
         if self.public_routes or self.other_methods:
             route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
@@ -88,6 +84,11 @@ class Exemptions:
                     return self.public_routes and route.entry.public
                 return self.other_methods
         return False
+
+
+def _below(path: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of ``prefixes`` or below one of them (on a segment boundary)."""
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in prefixes)
 
 
 @runtime_checkable
@@ -113,55 +114,73 @@ def _is_preflight(scope: Scope) -> bool:
     return b"origin" in names and b"access-control-request-method" in names
 
 
+class Cleanup:
+    """An outcome that does not read the status: ``callback()`` runs once the connection is over, however it ends.
+
+    The adapter then tracks no response status for it, so it costs one ``try``/``finally`` (token auth unbinds the
+    caller's ``sub`` from the log context this way, on every authenticated request).
+    """
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable[[], object]) -> None:
+        self.callback = callback
+
+    async def __call__(self, status: str | None) -> None:
+        self.callback()
+
+
 class GuardLayer:
     """The HTTP/WebSocket ASGI layer of any guard: skip the exempt, check the rest, report the outcome."""
 
-    __slots__ = ("app", "check", "exemptions")
+    __slots__ = ("app", "check", "skips")
 
     def __init__(self, app: ASGIApp, *, guard: Guard) -> None:
         self.app = app
         self.check = guard.check
-        self.exemptions = guard.exemptions
+        self.skips = guard.exemptions.skips
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.exemptions.skips(scope):
+        if self.skips(scope):
             await self.app(scope, receive, send)
             return
         outcome = await self.check(scope)
         if outcome is None:
             await self.app(scope, receive, send)
             return
-        await _reporting(self.app, scope, receive, send, outcome)
+        if type(outcome) is Cleanup:
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                outcome.callback()
+            return
+        # Report how the request ended (see Outcome); inline, not a helper: this is every guarded request.
+        status = 0
 
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
 
-async def _reporting(app: ASGIApp, scope: Scope, receive: Receive, send: Send, outcome: Outcome) -> None:
-    """Run ``app`` and tell ``outcome`` how the request ended (see :data:`Outcome`)."""
-    status = 0
-
-    async def send_status(message: Message) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        await send(message)
-
-    try:
-        await app(scope, receive, send_status)
-    except ClientDisconnect:
-        await outcome(None)  # the client left before the answer: nothing learnt
-        raise
-    except Exception as exc:
-        error = as_bastion_error(exc)
-        await outcome("OK" if error is not None and error.status < 500 else "INTERNAL")
-        raise
-    except asyncio.CancelledError:
-        # The timeout layer's deadline: a handler that hangs says something about the service; a client too
-        # slow sending its body (the 408) does not.
-        await outcome(None if stalled_on_body(scope) else "DEADLINE_EXCEEDED")
-        raise
-    except BaseException:
-        await outcome(None)
-        raise
-    await outcome("OK" if status < 500 else "INTERNAL")
+        try:
+            await self.app(scope, receive, send_status)
+        except ClientDisconnect:
+            await outcome(None)  # the client left before the answer: nothing learnt
+            raise
+        except Exception as exc:
+            error = as_bastion_error(exc)
+            await outcome("OK" if error is not None and error.status < 500 else "INTERNAL")
+            raise
+        except asyncio.CancelledError:
+            # The timeout layer's deadline: a handler that hangs says something about the service; a client too
+            # slow sending its body (the 408) does not.
+            await outcome(None if stalled_on_body(scope) else "DEADLINE_EXCEEDED")
+            raise
+        except BaseException:
+            await outcome(None)
+            raise
+        await outcome("OK" if status < 500 else "INTERNAL")
 
 
 def guard_layer(guard: Guard) -> Callable[[ASGIApp], ASGIApp]:

@@ -8,11 +8,13 @@ Bearer`` (RFC 6750 3). It sits inside route resolution and outside rate limiting
 
 from __future__ import annotations
 
+from functools import partial
+
 import structlog
 
 from bastion._cache_store import DeferredRevocation
 from bastion._claims import Claims
-from bastion._guard import Exemptions, Outcome
+from bastion._guard import Cleanup, Exemptions, Outcome
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.auth._bearer import bearer_token, challenge
 from bastion.auth._cache import VerifiedTokens
@@ -125,8 +127,4 @@ class TokenAuthGuard:
         bound = structlog.contextvars.bind_contextvars(sub=claims.sub)
         if scope["type"] == "grpc":
             return None  # the call's own context: nothing to unbind
-
-        async def unbind(_: str | None) -> None:
-            structlog.contextvars.reset_contextvars(**bound)
-
-        return unbind
+        return Cleanup(partial(structlog.contextvars.reset_contextvars, **bound))
