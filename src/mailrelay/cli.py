@@ -40,6 +40,7 @@ from mailrelay._tls import server_context
 from mailrelay._transport import AiohttpTransport
 from mailrelay._version import __version__
 from mailrelay._workers import DeliveryWorkers
+from mailrelay.smtp import _compat as smtp_compat
 from mailrelay.smtp._server import SmtpServer
 from mailrelay.smtp._session import SmtpOptions
 
@@ -96,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             refuse_unknown_variables(unknown)
         tls_context, generated = server_context(settings.tls_cert, settings.tls_key)
         dmarc = dmarc_checker(settings)
+        smtp_compat.check()  # the SMTP session limits rely on aiosmtpd internals
     except ConfigError as exc:
         print(f"mailrelay: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
