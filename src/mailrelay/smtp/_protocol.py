@@ -191,7 +191,7 @@ class RelaySMTP(SmtpTransport):
                     await self._bad_command(r.COMMAND_TOO_LONG)
                     continue
                 try:
-                    await self._dispatch(line)
+                    await self._run_command(line)
                 except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
                     raise
                 except Exception:  # a bug must cost one command, not the session or the process
@@ -218,7 +218,7 @@ class RelaySMTP(SmtpTransport):
                     await self.reader.read(more.consumed)
         return line.rstrip(b"\r\n")
 
-    async def _dispatch(self, line: bytes) -> None:
+    async def _run_command(self, line: bytes) -> None:
         verb_bytes, _, arg_bytes = line.partition(b" ")
         try:
             verb = verb_bytes.decode("ascii").upper()

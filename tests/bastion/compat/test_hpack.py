@@ -37,7 +37,7 @@ def test_the_version_is_the_one_verified() -> None:
 
 def test_the_hook_is_there() -> None:
     assert hpack_compat.supported()
-    assert hpack_compat.PRIVATE_NAMES == {"_decode_literal"}
+    assert {"_decode_literal"} == hpack_compat.PRIVATE_NAMES
 
 
 @pytest.mark.parametrize("huffman", [True, False], ids=["huffman", "plain"])

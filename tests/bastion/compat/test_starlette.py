@@ -28,12 +28,14 @@ def request(body: bytes) -> Request:
 
 
 def test_the_version_is_the_one_verified() -> None:
-    assert starlette.__version__ == "1.10.0", "re-check bastion/_compat/starlette.py against this Starlette, then update"
+    assert starlette.__version__ == "1.10.0", (
+        "re-check bastion/_compat/starlette.py against this Starlette, then update"
+    )
 
 
 def test_the_hooks_are_there() -> None:
     assert starlette_compat.supported()
-    assert starlette_compat.PRIVATE_NAMES == {"_body", "_json"}
+    assert {"_body", "_json"} == starlette_compat.PRIVATE_NAMES
 
 
 async def test_the_body_read_is_kept() -> None:

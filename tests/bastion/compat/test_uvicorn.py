@@ -19,7 +19,6 @@ from collections import deque
 from typing import Any
 
 import pytest
-
 import uvicorn
 from uvicorn.config import Config
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl

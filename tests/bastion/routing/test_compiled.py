@@ -26,9 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from bastion import NotFound, Service, load_settings
 from bastion._app import INLINE_DEPENDENCIES, BastionApp
 from bastion._claims import Claims, current_claims, optional_claims
-from bastion.broker import Broker, optional_broker
 from bastion._compat import fastapi as fastapi_compat
 from bastion._compat import starlette as starlette_compat
+from bastion.broker import Broker, optional_broker
 from bastion.routing import _compiled as compiled_module
 from bastion.routing._compiled import CompiledHandler
 from bastion.routing._resolve import RouteTable
