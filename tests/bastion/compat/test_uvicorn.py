@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import subprocess
+import sys
 from collections import deque
 from typing import Any
 
@@ -28,6 +31,7 @@ from uvicorn.server import Server, ServerState
 
 from bastion._compat import uvicorn as uvicorn_compat
 from bastion.errors import ConfigError
+from tests.conftest import REPO
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 
@@ -234,3 +238,44 @@ def test_captured_signals_are_forgotten() -> None:
 async def answers(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.start", "status": 204, "headers": []})
     await send({"type": "http.response.body", "body": b""})
+
+
+REFUSING = """
+import sys
+from bastion._compat import {module} as compat
+compat.missing = lambda: ["{hook}"]  # our compat module's probe: the library itself is untouched
+from bastion._cli import main
+sys.exit(main(["run", "examples.documents_api:service", "--port", "0"]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "hook", "line"),
+    [
+        pytest.param(
+            "uvicorn",
+            "HttpToolsProtocol._should_upgrade",
+            "error: uvicorn 0.54.0 lacks what Bastion's listener limits rely on (HttpToolsProtocol._should_upgrade); "
+            "supported: uvicorn 0.54.0\n",
+            id="uvicorn",
+        ),
+        pytest.param(
+            "grpclib",
+            "grpclib.server.Server._protocol_factory",
+            "error: grpclib 0.4.9 lacks what Bastion's gRPC limits rely on (grpclib.server.Server._protocol_factory); "
+            "supported: grpclib 0.4.9\n",
+            id="grpclib",
+        ),
+    ],
+)
+def test_bastion_run_refuses_to_start_in_one_line_without_a_hook(module: str, hook: str, line: str) -> None:
+    """The listener's and the gRPC limits are a security boundary: no serving without them."""
+    result = subprocess.run(
+        [sys.executable, "-c", REFUSING.format(module=module, hook=hook)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SERVICE_TOKEN_ENABLED": "false", "SERVICE_GRPC_ENABLED": "true"},
+    )
+    assert (result.returncode, result.stderr) == (2, line)

@@ -11,8 +11,12 @@ standard library's ``SSLProtocol._app_transport``.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiosmtpd
 import pytest
@@ -115,3 +119,33 @@ async def test_start_tls_switches_and_connection_made_runs_again(echo: tuple[lis
     writer.write(b"after\r\n")
     assert await asyncio.wait_for(reader.readline(), 5) == b"after tls=1 plain=1 made=2\r\n"
     writer.close()
+
+
+REFUSING = """
+import sys
+from mailrelay.smtp import _compat as compat
+compat.missing = lambda: ["SMTP._reader"]  # our compat module's probe: aiosmtpd itself is untouched
+from mailrelay.cli import main
+sys.exit(main([]))
+"""
+
+
+def test_mailrelay_refuses_to_start_in_one_line_without_an_internal(tmp_path: Path) -> None:
+    """The session limits rely on aiosmtpd's internals: no serving without them."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MAIL_RELAY_")}
+    env |= {
+        "MAIL_RELAY_TARGET_EMAILS": "inbox@example.test",
+        "MAIL_RELAY_WEBHOOK_URL": "http://127.0.0.1:9/webhook",
+        "MAIL_RELAY_BIND_ADDRESS": "127.0.0.1",
+        "MAIL_RELAY_HEALTH_BIND_ADDRESS": "127.0.0.1",
+        "MAIL_RELAY_PORT": "0",
+        "MAIL_RELAY_HEALTH_PORT": "0",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", REFUSING], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (result.returncode, result.stderr) == (
+        2,
+        "mailrelay: configuration error: aiosmtpd 1.4.6 lacks what MailRelay's SMTP server relies on (SMTP._reader); "
+        "supported: aiosmtpd 1.4.6\n",
+    )
