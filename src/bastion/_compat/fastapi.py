@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -85,9 +86,20 @@ def version() -> str:
     return importlib.metadata.version("fastapi")
 
 
+def _attributes_missing() -> list[str]:
+    """The private attributes (declared or assigned in FastAPI's source) the installed FastAPI lacks."""
+    try:
+        source = inspect.getsource(importlib.import_module("fastapi.routing"))
+        source += inspect.getsource(importlib.import_module("fastapi._compat.v2"))
+    except (ImportError, OSError, TypeError):
+        return [f"fastapi.{name}" for name in ATTRIBUTES]
+    return [f"fastapi.{name}" for name in ATTRIBUTES if f"{name}: " not in source and f"self.{name} =" not in source]
+
+
 def missing() -> list[str]:
-    """The private helpers the compiled handlers need that the installed FastAPI lacks (``[]``: none)."""
-    return list(_MISSING)
+    """The private helpers and attributes the compiled handlers need that the installed FastAPI lacks (``[]``:
+    none)."""
+    return [*_MISSING, *_attributes_missing()]
 
 
 def supported() -> bool:
