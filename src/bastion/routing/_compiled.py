@@ -57,7 +57,7 @@ from bastion._compat import fastapi as fastapi_compat
 from bastion._compat import starlette as starlette_compat
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 
-ModelField = Any  # fastapi._compat.ModelField (a private module: named only in bastion._compat.fastapi)
+ModelField = Any  # FastAPI's field class; its module is private, so it is named only in bastion._compat.fastapi
 log = structlog.get_logger("bastion.routing")
 
 _IMMUTABLE_DEFAULTS = (type(None), bool, int, float, str, bytes)
