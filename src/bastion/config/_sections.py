@@ -53,8 +53,8 @@ class ServiceSettings(Section):
     max_pipelined_requests: Annotated[int, Field(ge=1, le=1024)] = 32
     """HTTP/1.1 requests parsed ahead of the one being answered on a connection; past it, reading stops."""
     compiled_handlers: Bool = True
-    """Serve the FastAPI routes of the common shapes through a handler compiled at start-up (docs/performance.md);
-    ``false`` keeps FastAPI's own handler for every route."""
+    """Serve the FastAPI routes of the common shapes through a handler compiled at start-up (docs/pipeline.md,
+    "Compiled handlers"); ``false`` keeps FastAPI's own handler for every route."""
     api_docs_public: Bool = True
     """Serve each version's Swagger UI, ReDoc and OpenAPI document without a token or a policy decision
     (docs/api-docs.md); ``false`` puts them behind token auth and policy like any route."""
@@ -88,7 +88,7 @@ class TokenSettings(Section):
 
     On when the section names a key source (``public_key_path``, ``secret``, ``jwks_path``, ``jwks_url``,
     ``key_path``) or says ``enabled = true``; off only with an explicit ``enabled = false``. Neither is a
-    start-up refusal (see :func:`bastion.startup.check_token_decision`), never an open service.
+    start-up refusal (see the start-up check in ``bastion/_security.py``), never an open service.
     """
 
     enabled: Bool | None = None
