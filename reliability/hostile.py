@@ -309,31 +309,24 @@ def http2_errors(ctx: Context) -> list[Figure]:
 
         for shape, (expected, build) in H2_CASES.items():
             code = asyncio.run(case(build))
-            figures.append(equals(name, f"{shape}: GOAWAY code", code, expected, note=_h2_note(code, expected)))
+            figures.append(
+                equals(name, f"{shape}: GOAWAY code", code, expected, note=probes.goaway_note(code, expected))
+            )
         code = asyncio.run(rapid_reset())
         figures.append(
             equals(
-                name, f"rapid reset ({RAPID_RESET_STREAMS} streams): GOAWAY code", code, 0xB, note=_h2_note(code, 0xB)
+                name,
+                f"rapid reset ({RAPID_RESET_STREAMS} streams): GOAWAY code",
+                code,
+                0xB,
+                note=probes.goaway_note(code, 0xB),
             )
         )
-        http_ok = asyncio.run(_once(probes.http_probe(f"{app.url}/api/v1/documents", app.auth())))
-        grpc_ok = asyncio.run(_once(probes.grpc_probe(port, app.user_token)))
+        http_ok = asyncio.run(probes.once(probes.http_probe(f"{app.url}/api/v1/documents", app.auth())))
+        grpc_ok = asyncio.run(probes.once(probes.grpc_probe(port, app.user_token)))
     figures.append(is_true(name, "HTTP/1.1 served after", http_ok))
     figures.append(is_true(name, "gRPC served after", grpc_ok))
     return figures
-
-
-async def _once(probe: Callable[[], Awaitable[bool]]) -> bool:
-    return await probe()
-
-
-def _h2_note(code: int | None, expected: int) -> str:
-    want = f"want {probes.H2_ERRORS[expected]}"
-    if code is None:
-        return f"connection left open, no GOAWAY; {want}"
-    if code == probes.NO_GOAWAY:
-        return f"closed without GOAWAY; {want}"
-    return f"got {probes.H2_ERRORS.get(code, hex(code))}; {want}"
 
 
 def idle_smtp(ctx: Context) -> list[Figure]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
+import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -18,13 +20,37 @@ from hpack import Encoder
 
 from examples.documents_api.proto.documents.v1 import documents_grpc, documents_pb2
 
+ATTACKER = "127.0.0.2"
+"""The source address of the attack connections of the listener and HTTP/2 flood scenarios (DESIGN 5b)."""
+LEGIT = "127.0.0.1"
+"""The source address of the legitimate client beside them: the per-address cap must not touch it."""
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x2, 0x3, 0x4, 0x6, 0x7
+WINDOW_UPDATE, CONTINUATION = 0x8, 0x9
 END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
-SETTINGS_MAX_FRAME_SIZE = 0x5
-H2_ERRORS = {0x1: "PROTOCOL_ERROR", 0x6: "FRAME_SIZE_ERROR", 0x9: "COMPRESSION_ERROR", 0xB: "ENHANCE_YOUR_CALM"}
+SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x2, 0x4, 0x5
+H2_ERRORS = {
+    0x0: "NO_ERROR",
+    0x1: "PROTOCOL_ERROR",
+    0x2: "INTERNAL_ERROR",
+    0x6: "FRAME_SIZE_ERROR",
+    0x7: "REFUSED_STREAM",
+    0x9: "COMPRESSION_ERROR",
+    0xB: "ENHANCE_YOUR_CALM",
+}
 NO_GOAWAY = -1
 """What a GOAWAY figure shows when the server closed the connection without one."""
+
+
+def goaway_note(code: int | None, expected: int) -> str:
+    """The note beside a GOAWAY code figure: what came, what was wanted."""
+    want = f"want {H2_ERRORS[expected]}"
+    if code is None:
+        return f"connection left open, no GOAWAY; {want}"
+    if code == NO_GOAWAY:
+        return f"closed without GOAWAY; {want}"
+    return f"got {H2_ERRORS.get(code, hex(code))}; {want}"
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -57,6 +83,13 @@ class Served:
     def slowest(self) -> float | None:
         return max(self.latencies) if self.latencies and self.ok == self.sent else None
 
+    def percentile(self, q: float) -> float | None:
+        """The ``q`` percentile (nearest rank) of the answered requests' latencies; None when none answered."""
+        if not self.latencies:
+            return None
+        ordered = sorted(self.latencies)
+        return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
 
 async def keep_probing(
     probe: Callable[[], Awaitable[bool]], served: Served, stop: asyncio.Event, interval: float
@@ -74,6 +107,14 @@ async def keep_probing(
             served.latencies.append(time.perf_counter() - started)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
+
+
+async def once(probe: Callable[[], Awaitable[bool]], within: float = 5.0) -> bool:
+    """One run of ``probe``: True when it answered as it should within ``within`` seconds (an error is a no)."""
+    try:
+        return await asyncio.wait_for(probe(), within)
+    except Exception:  # a failed legitimate request is what the figure counts
+        return False
 
 
 def http_probe(url: str, headers: dict[str, str]) -> Callable[[], Awaitable[bool]]:
@@ -103,6 +144,35 @@ def grpc_probe(port: int, token: str) -> Callable[[], Awaitable[bool]]:
     return probe
 
 
+async def open_from(source: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to ``port`` on 127.0.0.1 from the address ``source`` (bound before the connect)."""
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+def connect_from(source: str, port: int, timeout: float = 5.0) -> socket.socket:
+    """A blocking socket connected to ``port`` on 127.0.0.1 from ``source`` (bound before the connect)."""
+    return socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
+
+
+def health_probe(port: int, source: str = LEGIT) -> Callable[[], Awaitable[bool]]:
+    """``GET /health`` on a fresh connection from ``source``, which must answer 200: raw bytes, so that a probe
+    loop measures the server and not the client library."""
+    request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+
+    async def probe() -> bool:
+        reader, writer = await open_from(source, port)
+        try:
+            writer.write(request)
+            await writer.drain()
+            return status_of(await reader.read()) == 200
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    return probe
+
+
 @dataclass(slots=True)
 class Attack:
     """What happened to one attack connection: seconds until the server closed it (None: still open at the end)
@@ -113,12 +183,23 @@ class Attack:
 
 
 async def attack_connection(
-    port: int, first: bytes, drip: bytes, *, interval: float, limit: float, on_open: Callable[[], None] | None = None
+    port: int,
+    first: bytes,
+    drip: bytes,
+    *,
+    interval: float,
+    limit: float,
+    on_open: Callable[[], None] | None = None,
+    source: str | None = None,
 ) -> Attack:
-    """Open a connection, send ``first``, then ``drip`` every ``interval`` seconds until the server closes it or
-    ``limit`` seconds pass; the connection is closed by us at the end either way."""
+    """Open a connection (from the address ``source`` when given), send ``first``, then ``drip`` every ``interval``
+    seconds until the server closes it or ``limit`` seconds pass; the connection is closed by us at the end either
+    way."""
     result = Attack()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    if source is None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    else:
+        reader, writer = await open_from(source, port)
     started = time.perf_counter()
     if on_open is not None:
         on_open()
@@ -185,8 +266,11 @@ class H2Connection:
         self.max_frame_size = max_frame_size
 
     @classmethod
-    async def open(cls, port: int, within: float = 5.0) -> H2Connection:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    async def open(cls, port: int, within: float = 5.0, *, source: str | None = None) -> H2Connection:
+        if source is None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        else:
+            reader, writer = await open_from(source, port)
         writer.write(PREFACE + frame(SETTINGS, 0, 0))
         await writer.drain()
         max_frame_size = 16_384
@@ -224,18 +308,47 @@ class H2Connection:
             await self.writer.wait_closed()
 
 
+def grpc_request_fields(port: int, token: str, method: str = "ListDocuments") -> list[tuple[str, str]]:
+    """The header fields of a valid gRPC request of the example's DocumentService."""
+    return [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", f"/documents.v1.DocumentService/{method}"),
+        (":authority", f"127.0.0.1:{port}"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+        ("authorization", f"Bearer {token}"),
+    ]
+
+
 def grpc_request_headers(port: int, token: str) -> bytes:
     """An HPACK block of a valid gRPC request (ListDocuments), for the rapid-reset burst."""
-    return bytes(
-        Encoder().encode(
-            [
-                (":method", "POST"),
-                (":scheme", "http"),
-                (":path", "/documents.v1.DocumentService/ListDocuments"),
-                (":authority", f"127.0.0.1:{port}"),
-                ("content-type", "application/grpc"),
-                ("te", "trailers"),
-                ("authorization", f"Bearer {token}"),
-            ]
-        )
-    )
+    return bytes(Encoder().encode(grpc_request_fields(port, token)))
+
+
+def take_frames(buffer: bytearray) -> list[tuple[int, int, int, bytes]]:
+    """The complete HTTP/2 frames at the start of ``buffer`` (type, flags, stream, payload), removed from it."""
+    frames = []
+    offset = 0
+    while len(buffer) - offset >= 9:
+        size = int.from_bytes(buffer[offset : offset + 3], "big")
+        if len(buffer) - offset < 9 + size:
+            break
+        stream = int.from_bytes(buffer[offset + 5 : offset + 9], "big") & 0x7FFFFFFF
+        kind, flags = buffer[offset + 3], buffer[offset + 4]
+        frames.append((kind, flags, stream, bytes(buffer[offset + 9 : offset + 9 + size])))
+        offset += 9 + size
+    del buffer[:offset]
+    return frames
+
+
+async def peak_rss(pid: int, stop: asyncio.Event, interval: float = 0.05) -> int | None:
+    """The highest resident memory of ``pid`` seen every ``interval`` seconds until ``stop`` is set."""
+    peak = rss_bytes(pid)
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+        now = rss_bytes(pid)
+        if now is not None and (peak is None or now > peak):
+            peak = now
+    return peak

@@ -6,7 +6,7 @@ import re
 import subprocess
 
 from bench.processes import REPO
-from reliability import faults, fuzz, hostile, load
+from reliability import client_errors, faults, floods, fuzz, hostile, listener, load
 from reliability.figures import Figure, equals
 from reliability.run import Context, ScenarioFunction
 
@@ -48,6 +48,9 @@ def schemathesis(ctx: Context) -> list[Figure]:
 SCENARIOS: dict[str, ScenarioFunction] = {
     **load.SCENARIOS,
     **hostile.SCENARIOS,
+    **listener.SCENARIOS,
+    **floods.SCENARIOS,
+    **client_errors.SCENARIOS,
     **faults.SCENARIOS,
     **fuzz.SCENARIOS,
     "fuzz-schemathesis": schemathesis,

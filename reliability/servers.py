@@ -9,6 +9,7 @@ Every context manager here stops what it started, also when the block raises.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import socket
@@ -16,11 +17,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from bench.processes import REPO, ServerProcess, free_port, port_open, venv_script
 from bench.scenarios import EXAMPLE_APP, EXAMPLE_CONFIG, LIMITS_NEVER_TRIP, Workspace
+from reliability.figures import Figure, equals
 
 PROBE_TIMEOUT_SECS = 5.0
 RCPT = "inbox@reliability.test"
@@ -63,12 +66,18 @@ def admin_token(ws: Workspace) -> str:
 
 @contextlib.contextmanager
 def bastion(
-    ws: Workspace, env: dict[str, str] | None = None, *, separate_grpc: bool = False, never_limit: bool = True
+    ws: Workspace,
+    env: dict[str, str] | None = None,
+    *,
+    separate_grpc: bool = False,
+    never_limit: bool = True,
+    app: str = EXAMPLE_APP,
 ) -> Iterator[Bastion]:
-    """The documents example with token auth, revocation, Cedar policy and gRPC, on free loopback ports."""
+    """The documents example with token auth, revocation, Cedar policy and gRPC, on free loopback ports (``app``:
+    another service object run with the example's configuration, e.g. :mod:`reliability.resilient_app`)."""
     port = free_port()
     grpc_port = free_port() if separate_grpc else None
-    argv = [venv_script("bastion"), "run", EXAMPLE_APP, "--config", EXAMPLE_CONFIG]
+    argv = [venv_script("bastion"), "run", app, "--config", EXAMPLE_CONFIG]
     argv += ["--host", "127.0.0.1", "--port", str(port)]
     full_env = {
         **_pythonpath(),
@@ -94,6 +103,39 @@ def bastion(
         yield running
     finally:
         server.stop()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerLog:
+    """What a server wrote (stdout and stderr, JSON lines): its events, and the tracebacks anywhere in it."""
+
+    events: list[dict[str, Any]]
+    tracebacks: int
+
+    @classmethod
+    def read(cls, path: Path) -> ServerLog:
+        """Read it once the server has stopped, so that everything it wrote is there."""
+        events: list[dict[str, Any]] = []
+        tracebacks = 0
+        for line in path.read_text(errors="replace").splitlines():
+            tracebacks += "Traceback (most recent call last)" in line
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    events.append(event)
+        return cls(events=events, tracebacks=tracebacks)
+
+    @property
+    def errors(self) -> int:
+        return sum(event.get("level") in ("error", "critical") for event in self.events)
+
+    def figures(self, scenario: str) -> list[Figure]:
+        """Client-caused events log at info or warning without a traceback: both counts must be 0."""
+        first = next((str(e.get("event"))[:80] for e in self.events if e.get("level") in ("error", "critical")), "")
+        return [
+            equals(scenario, "tracebacks in the server's log", self.tracebacks, 0),
+            equals(scenario, "error-level lines in the server's log", self.errors, 0, note=first),
+        ]
 
 
 BROKER_APP = "reliability.broker_app:service"
