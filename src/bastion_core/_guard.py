@@ -1,9 +1,9 @@
 """Outbound resilience: a bulkhead outermost, then a circuit breaker, then the call (the spec's guidance).
 
-:class:`Guard` wraps any coroutine (``async with guard.call():`` or ``@guard``); :class:`ResilientTransport`
-wraps an httpx transport, so any ``httpx.AsyncClient`` gets it. Errors count as failures: an exception from
-the call, and for HTTP a 5xx response. A rejection raises CircuitOpenError or BulkheadFullError without
-making the call.
+:class:`Guard` wraps any coroutine (``async with guard.call():`` or ``@guard``); an exception from the call counts
+as a failure, and so does a call marked failed (an HTTP 5xx). A rejection raises CircuitOpenError or
+BulkheadFullError without making the call. Its httpx transport is ``_resilient_transport.ResilientTransport``,
+apart so that a user of Guard alone (MailRelay) loads neither httpx nor OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -12,10 +12,6 @@ import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import ParamSpec, TypeVar
-
-import httpx
-from opentelemetry import trace
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from bastion_core._breaker import CircuitBreaker
 from bastion_core._bulkhead import Bulkhead
@@ -88,32 +84,3 @@ class Guard:
                 return await func(*args, **kwargs)
 
         return guarded
-
-
-_PROPAGATOR = TraceContextTextMapPropagator()
-
-
-class ResilientTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that sends every request through a :class:`Guard`; a 5xx response is a failure.
-
-    ``httpx.AsyncClient(transport=ResilientTransport(guard))`` (the default transport underneath), or wrap a
-    transport of your own. The response is returned as is: a 5xx still reaches the caller. When tracing is on
-    (a current span exists), the request carries W3C ``traceparent``/``tracestate`` (unless it already has one),
-    so the service it calls continues the trace.
-    """
-
-    def __init__(self, guard: Guard, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.guard = guard
-        self.transport = transport or httpx.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if trace.get_current_span().get_span_context().is_valid and "traceparent" not in request.headers:
-            _PROPAGATOR.inject(request.headers)
-        async with self.guard.call() as call:
-            response = await self.transport.handle_async_request(request)
-            if response.status_code >= 500:
-                call.fail()
-            return response
-
-    async def aclose(self) -> None:
-        await self.transport.aclose()

@@ -1,11 +1,11 @@
-"""Webhook delivery: the request of one attempt (headers, signature), what its answer means, and direct mode's
-retry loop. The HTTP itself is a WebhookTransport (`_transport.py`: aiohttp under the shared circuit breaker)."""
+"""The webhook delivery target: the request of one attempt (headers, signature), what its HTTP answer means, and
+direct mode's retry loop. The HTTP itself is a WebhookTransport (`_transport.py`: aiohttp under the breaker)."""
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import hashlib
+import math
 import random
 import time
 import urllib.parse
@@ -15,8 +15,9 @@ from typing import Protocol
 
 import structlog
 
-from bastion_core import parse_retry_after, retry_wait
+from bastion_core import BreakerState, CircuitBreaker, parse_retry_after, retry_wait
 from mailrelay._signing import Signer
+from mailrelay._target import DeliveryOutcome, DeliveryResult, Outcome, Pause, Verdict
 
 DELIVERY_ID_HEADER = "X-MailRelay-Delivery-Id"
 RETRYABLE_STATUSES = frozenset({408, 429})
@@ -30,12 +31,6 @@ log = structlog.get_logger("mailrelay.delivery")
 def is_retryable_status(status: int) -> bool:
     """5xx, 408 and 429 are worth another attempt; other statuses are final."""
     return status >= 500 or status in RETRYABLE_STATUSES
-
-
-class DeliveryOutcome(enum.Enum):
-    DELIVERED = "delivered"  # 2xx
-    TEMPORARY_FAILURE = "temporary_failure"  # retries exhausted: 451, the sender keeps the message
-    REJECTED = "rejected"  # a final 4xx: 554, the receiver refused it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,16 +51,9 @@ class Attempt:
         return self.error or f"HTTP {self.status}"
 
 
-class Verdict(enum.Enum):
-    DELIVERED = "delivered"  # 2xx
-    RETRY = "retry"  # timeout, connection error, 5xx, 408, 429: worth another attempt
-    REJECTED = "rejected"  # any other 4xx: the receiver refused the message for good
-    UNEXPECTED = "unexpected"  # 1xx or 3xx (redirects are not followed): most likely a wrong URL
-    CIRCUIT_OPEN = "circuit_open"  # the breaker refused the attempt; nothing was sent
-
-
 def judge(attempt: Attempt) -> Verdict:
-    """What an attempt's answer means; the same rules in direct and queue mode."""
+    """What a POST's answer means: 2xx delivered; timeout, connection error, 5xx, 408, 429 retry; any other 4xx
+    rejected; 1xx or 3xx (redirects are not followed) unexpected; the same rules in direct and queue mode."""
     if attempt.circuit_open:
         return Verdict.CIRCUIT_OPEN
     status = attempt.status
@@ -78,16 +66,15 @@ def judge(attempt: Attempt) -> Verdict:
     return Verdict.UNEXPECTED
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeliveryResult:
-    outcome: DeliveryOutcome
-    attempts: int
-    reason: str
-    status: int | None = None
-    posted: bool = True
-    """Whether any attempt left the relay (False when the circuit was open before the first one)."""
-    circuit_open: bool = False
-    """The breaker ended the delivery: it refused an attempt (the reason is BREAKER_OPEN_REASON)."""
+def outcome_of(attempt: Attempt, *, now: float) -> Outcome:
+    """A POST's answer in the target-neutral words the queue workers act on; Retry-After (seconds or an HTTP date,
+    read against `now`) is left uncapped: queue mode caps it at its own backoff cap."""
+    return Outcome(
+        verdict=judge(attempt),
+        problem=attempt.problem,
+        status=attempt.status,
+        retry_after=parse_retry_after(attempt.retry_after, now=now, cap=math.inf),
+    )
 
 
 class WebhookTransport(Protocol):
@@ -111,13 +98,15 @@ def webhook_label(url: str) -> str:
 
 
 class WebhookClient:
-    """Builds each attempt's request and, in direct mode, retries until a final answer or the budget is spent.
+    """The webhook DeliveryTarget: builds each attempt's request and, in direct mode, retries until a final answer
+    or the budget is spent.
 
     Every attempt carries Content-Type, User-Agent and the delivery id (the same on every retry); with a secret,
     X-MailRelay-Timestamp and X-MailRelay-Signature-256 are recomputed per attempt over the exact bytes sent
     (on a worker thread for bodies over `offload_bytes`). `deliver` retries timeouts, connection errors, 5xx, 408
     and 429 up to `max_retries` more times, waiting the server's Retry-After or a jittered exponential backoff;
     an open circuit ends it at once with BREAKER_OPEN_REASON. Never raises for HTTP or network trouble.
+    `breaker` is the one in the transport's guard: `pause()` reads it, and nothing else outside the transport does.
     """
 
     def __init__(
@@ -125,6 +114,7 @@ class WebhookClient:
         *,
         transport: WebhookTransport,
         user_agent: str,
+        breaker: CircuitBreaker | None = None,
         secret: str | None = None,
         max_retries: int = 3,
         backoff_base: float = 1.0,
@@ -135,6 +125,7 @@ class WebhookClient:
         url: str | None = None,
     ) -> None:
         self.transport = transport
+        self.breaker = breaker
         # Log lines about trouble name the webhook: an operator reading "webhook_retries_exhausted" should not
         # have to look up which URL this relay posts to. The SMTP reply does not: the sending server is outside,
         # and the address of an internal service is not its business.
@@ -157,8 +148,19 @@ class WebhookClient:
             headers.update(self._signer.headers(int(self._wall_clock()), body))
         return headers
 
-    async def attempt(self, body: bytes, *, delivery_id: str) -> Attempt:
-        """One POST; queue mode's workers make exactly one per delivery from the stream."""
+    def pause(self) -> Pause | None:
+        """None unless the breaker is open; then the seconds until it lets a test attempt through."""
+        breaker = self.breaker
+        if breaker is None or breaker.state is not BreakerState.OPEN:
+            return None
+        return Pause(retry_in=breaker.retry_after(), reason=BREAKER_OPEN_REASON)
+
+    async def attempt(self, body: bytes, *, delivery_id: str) -> Outcome:
+        """One POST, judged; queue mode's workers make exactly one per delivery from the stream."""
+        return outcome_of(await self.post(body, delivery_id=delivery_id), now=self._wall_clock())
+
+    async def post(self, body: bytes, *, delivery_id: str) -> Attempt:
+        """One POST with this attempt's headers (signed now, over `body`)."""
         if self._signer is not None and len(body) > self.offload_bytes:
             headers = await asyncio.to_thread(self.headers_for, body, delivery_id=delivery_id)
         else:
@@ -178,7 +180,7 @@ class WebhookClient:
         attempts = 0
         while True:
             attempts += 1
-            attempt = await self.attempt(body, delivery_id=delivery_id)
+            attempt = await self.post(body, delivery_id=delivery_id)
             verdict = judge(attempt)
             status = attempt.status
             if verdict is Verdict.CIRCUIT_OPEN:

@@ -1,6 +1,10 @@
 """MailRelay's Prometheus metrics: one registry owned by the relay, what it records, and the finite set of values each
 label may take (never an address, a subject, a path or an id).
 
+Delivery metrics are named for the delivery, not the webhook (`mailrelay_deliveries_total{target,outcome}`, ...);
+the names of 0.x releases (`mailrelay_webhook_*`) are still exported as aliases with the same values and labels
+(without `target`), listed in ALIASES and docs/mailrelay.md "Metrics".
+
 Recording is a dictionary lookup and an increment on label children created once, here (about 0.5 us; an observed
 webhook attempt about 1 us). Values read from elsewhere (open sessions, the breaker, the queue) are read only when
 scraped. The metrics live in the main process; the worker processes of big messages record nothing.
@@ -17,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
 from bastion_core import BreakerState, CircuitBreaker
 from mailrelay._attachment_policy import PolicyRule
@@ -37,6 +42,19 @@ the body is the same for names like ours, and 0.0.4 is what every scraper reads)
 WEBHOOK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0, 60.0)
 OTHER_CODE = "other"
 
+WEBHOOK_TARGET = "webhook"
+"""The `target` label of the delivery metrics for the webhook target (the only one today)."""
+DELIVERIES = "mailrelay_deliveries"
+ATTEMPT_DURATION = "mailrelay_delivery_attempt_duration_seconds"
+CIRCUIT_STATE = "mailrelay_delivery_circuit_state"
+ALIASES = {
+    DELIVERIES: "mailrelay_webhook_deliveries",
+    ATTEMPT_DURATION: "mailrelay_webhook_duration_seconds",
+    CIRCUIT_STATE: "mailrelay_webhook_circuit_state",
+}
+"""Deprecated names still exported (the webhook target's series, without the `target` label): dashboards and alerts
+written for them keep working. Kept at least until the next major release."""
+
 MESSAGE_CODES = (250, 451, 500, 550, 552, 554)
 """Every code the relay ends a message's data with (smtp/_replies.py); anything else is counted as `other`."""
 RECIPIENT_REPLIES = (r.OK, r.NO_SUCH_USER, r.TOO_MANY_UNKNOWN_RCPTS)
@@ -44,7 +62,7 @@ SESSION_REFUSALS = {r.TOO_MANY_SESSIONS: "max_sessions", r.TOO_MANY_CONNECTIONS:
 
 
 class Delivery(enum.Enum):
-    """How a message's delivery to the webhook ended at this relay."""
+    """How a message's delivery to its target ended at this relay."""
 
     DELIVERED = "delivered"  # 2xx
     REFUSED = "refused"  # a final 4xx: direct mode 554, queue mode a dead letter
@@ -119,6 +137,14 @@ class RelayMetrics:
         if process_collector:  # process_cpu_seconds_total, process_resident_memory_bytes, ... (Linux)
             ProcessCollector(registry=registry)
 
+        self._add_smtp_metrics(registry)
+        self._add_delivery_metrics(registry)
+        self._add_content_metrics(registry, dmarc=dmarc)
+        self._add_queue_metrics(queue_registry)
+        self._queue: _QueueCollector | None = None
+
+    def _add_smtp_metrics(self, registry: CollectorRegistry) -> None:
+        """Sessions, recipients and messages, by the SMTP reply."""
         self._sessions = Gauge("mailrelay_smtp_sessions_active", "SMTP sessions open now.", registry=registry)
         refused = Counter(
             "mailrelay_smtp_sessions_refused",
@@ -144,22 +170,27 @@ class RelayMetrics:
         )
         self._messages = {code: self._message_counter.labels(_outcome(code), str(code)) for code in MESSAGE_CODES}
 
+    def _add_delivery_metrics(self, registry: CollectorRegistry) -> None:
+        """Deliveries and their attempts, by target and outcome (and the deprecated aliases)."""
         duration = Histogram(
-            "mailrelay_webhook_duration_seconds",
-            "Duration of one POST to the webhook (request sent, answer read), by outcome.",
-            ["outcome"],
+            ATTEMPT_DURATION,
+            "Duration of one delivery attempt (webhook: request sent, answer read), by target and outcome.",
+            ["target", "outcome"],
             buckets=WEBHOOK_BUCKETS,
             registry=registry,
         )
-        self._attempts = {outcome: duration.labels(outcome.value) for outcome in AttemptOutcome}
+        self._attempts = {outcome: duration.labels(WEBHOOK_TARGET, outcome.value) for outcome in AttemptOutcome}
         deliveries = Counter(
-            "mailrelay_webhook_deliveries",
-            "Messages whose delivery to the webhook ended at this relay, by outcome.",
-            ["outcome"],
+            DELIVERIES,
+            "Messages whose delivery ended at this relay, by target and outcome.",
+            ["target", "outcome"],
             registry=registry,
         )
-        self._deliveries = {outcome: deliveries.labels(outcome.value) for outcome in Delivery}
+        self._deliveries = {outcome: deliveries.labels(WEBHOOK_TARGET, outcome.value) for outcome in Delivery}
+        registry.register(_Aliases([duration, deliveries]))
 
+    def _add_content_metrics(self, registry: CollectorRegistry, *, dmarc: bool) -> None:
+        """DMARC results (exported only with `dmarc`) and attachments."""
         results = Counter(
             "mailrelay_dmarc_results", "DMARC evaluations by result.", ["result"], registry=registry if dmarc else None
         )
@@ -183,26 +214,28 @@ class RelayMetrics:
             "Messages deferred (451) because an attachment upload failed.",
             registry=registry,
         )
+
+    def _add_queue_metrics(self, registry: CollectorRegistry | None) -> None:
+        """Queue mode's counters (exported only with a registry: in queue mode)."""
         self._publish_failures = Counter(
             "mailrelay_queue_publish_failures",
             "Messages deferred (451) because the stream did not store them.",
-            registry=queue_registry,
+            registry=registry,
         )
         retries = Counter(
             "mailrelay_queue_retries",
             "Queued messages handed back to the stream for a later attempt, by reason.",
             ["reason"],
-            registry=queue_registry,
+            registry=registry,
         )
         self._retries = {reason: retries.labels(reason.value) for reason in Retry}
         dead = Counter(
             "mailrelay_queue_dead_letters",
             "Queued messages this relay put on the dead-letter subject, by reason.",
             ["reason"],
-            registry=queue_registry,
+            registry=registry,
         )
         self._dead_letters = {reason: dead.labels(reason.value) for reason in DeadLetter}
-        self._queue: _QueueCollector | None = None
 
     # SmtpObserver
 
@@ -294,8 +327,9 @@ class TimedTransport:
 
 
 class _BreakerCollector:
-    """mailrelay_webhook_circuit_state: 1 for the webhook breaker's state now, 0 for the others. Read without
-    moving the breaker (a scrape never makes its Open -> Half-Open transition: the next message does)."""
+    """mailrelay_delivery_circuit_state: 1 for the webhook target's breaker state now, 0 for the others (and its
+    alias). Read without moving the breaker (a scrape never makes its Open -> Half-Open transition: the next
+    message does)."""
 
     def __init__(self, breaker: CircuitBreaker) -> None:
         self.breaker = breaker
@@ -303,11 +337,36 @@ class _BreakerCollector:
     def collect(self) -> Iterator[Metric]:
         state = self.breaker.observed_state
         family = GaugeMetricFamily(
-            "mailrelay_webhook_circuit_state", "The webhook circuit breaker's state (1 = current).", labels=["state"]
+            CIRCUIT_STATE, "The delivery target's circuit breaker state (1 = current).", labels=["target", "state"]
         )
         for each in BreakerState:
-            family.add_metric([each.value], 1.0 if each is state else 0.0)
+            family.add_metric([WEBHOOK_TARGET, each.value], 1.0 if each is state else 0.0)
         yield family
+        yield _alias(family)
+
+
+class _Aliases:
+    """The deprecated names of `collectors`' families (ALIASES), built at scrape time from the same samples."""
+
+    def __init__(self, collectors: Sequence[Collector]) -> None:
+        self.collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in self.collectors:
+            for family in collector.collect():
+                yield _alias(family)
+
+
+def _alias(family: Metric) -> Metric:
+    """`family` under its old name: the webhook target's samples, without the `target` label."""
+    old = ALIASES[family.name]
+    shown = family.name + ("_total" if family.type == "counter" else "")
+    alias = Metric(old, f"Deprecated alias of {shown} (target webhook).", family.type, family.unit)
+    for sample in family.samples:
+        labels = dict(sample.labels)
+        if labels.pop("target", WEBHOOK_TARGET) == WEBHOOK_TARGET:
+            alias.samples.append(sample._replace(name=old + sample.name[len(family.name) :], labels=labels))
+    return alias
 
 
 class _QueueCollector:

@@ -1,5 +1,5 @@
-"""The hand-off from SMTP to the webhook: parse, check, shape, then deliver (direct mode) or queue (queue mode),
-and answer DATA."""
+"""The hand-off from SMTP to the delivery target: parse, check, shape, then deliver (direct mode) or queue (queue
+mode), and answer DATA."""
 
 from __future__ import annotations
 
@@ -14,16 +14,15 @@ from typing import Protocol, TypeVar
 
 import structlog
 
-from bastion_core import BreakerState, CircuitBreaker
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
 from mailrelay._attachments import Attachment, AttachmentSink, InlineSink
-from mailrelay._delivery import BREAKER_OPEN_REASON, DeliveryOutcome, DeliveryResult, WebhookClient
 from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcement
 from mailrelay._errors import AttachmentRejected, AttachmentStoreFailed, QueueUnavailable
 from mailrelay._metrics import Delivery, RelayMetrics
 from mailrelay._parsing import MimePart, ParsedMessage, parse_message, scrub
 from mailrelay._payload import build_payload
 from mailrelay._processes import WorkerCrashed, WorkerProcesses
+from mailrelay._target import DeliveryOutcome, DeliveryResult, DeliveryTarget
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._replies import Reply
 from mailrelay.smtp._session import Envelope, Session
@@ -56,10 +55,10 @@ class Relay:
 
     Order: parse; the attachment policy (552/554 when its action is reject; dropped attachments are logged and
     counted); DMARC when an evaluator is set (with `dmarc_enforce`: 550 for a failing p=reject domain, 451 on
-    temperror); the attachments' upload (451 when it fails); then the webhook. The reply is known only after the
-    webhook answered: 250 delivered, 451 temporary (retries exhausted or the circuit is open; the sending server
-    keeps the message), 554 refused by the webhook. The recipient in the payload is the first accepted one.
-    `breaker` is the one under the webhook client's transport: while it is open the reply is 451 at once.
+    temperror); the attachments' upload (451 when it fails); then the `target`. The reply is known only after the
+    target answered: 250 delivered, 451 temporary (retries exhausted or the circuit is open; the sending server
+    keeps the message), 554 refused by the target. The recipient in the payload is the first accepted one.
+    While the target pauses (its breaker is open) the reply is 451 at once, before any work.
 
     With a `queue` (queue mode) every check above still comes first, then the payload is queued instead of
     posted: 250 once the queue stored it, 451 when the queue is unavailable; the breaker does not matter here
@@ -72,8 +71,7 @@ class Relay:
     def __init__(
         self,
         *,
-        webhook: WebhookClient,
-        breaker: CircuitBreaker | None = None,
+        target: DeliveryTarget,
         attachment_policy: AttachmentPolicy,
         header_prefixes: Sequence[str] = (),
         attachment_sink: AttachmentSink | None = None,
@@ -85,8 +83,7 @@ class Relay:
         new_delivery_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         random: Callable[[], float] = random.random,
     ) -> None:
-        self.webhook = webhook
-        self.breaker = breaker
+        self.target = target
         self.attachment_policy = attachment_policy
         self.header_prefixes = tuple(header_prefixes)
         self.attachment_sink: AttachmentSink = attachment_sink or InlineSink()
@@ -112,12 +109,9 @@ class Relay:
     async def handle_envelope(self, envelope: Envelope, session: Session) -> Reply:
         delivery_id = self._new_delivery_id()
         bound = log.bind(delivery_id=delivery_id, peer=session.peer_ip)
-        if self.queue is None and self.breaker is not None and self.breaker.state is BreakerState.OPEN:
-            # Nothing can be posted for now: say so before parsing, checking or uploading anything.
-            bound.warning("message_deferred", reason="circuit_open", retry_in=round(self.breaker.retry_after(), 1))
-            if self.metrics is not None:
-                self.metrics.delivery(Delivery.CIRCUIT_OPEN)
-            return r.temporary_failure(BREAKER_OPEN_REASON)
+        paused = self._paused(bound)
+        if paused is not None:
+            return paused
         raw = envelope.content or b""
         try:
             message = await self._cpu_bound(len(raw), parse_message, raw)
@@ -126,29 +120,16 @@ class Relay:
         except Exception:
             bound.exception("message_unparsable")
             return r.MESSAGE_UNPARSABLE
-        try:
-            screened = self.attachment_policy.screen(message.parts)
-        except AttachmentRejected as exc:
-            bound.info(
-                "message_refused",
-                reason="attachment_policy",
-                rule=exc.rule,
-                filename=_shown_filename(exc.filename),
-                content_type=scrub(exc.content_type),
-                size=exc.size,
-            )
-            return r.ATTACHMENT_POLICY_REPLIES[exc.rule]
-        self._log_dropped(screened, bound)
+        screened = self._screen(message, bound)
+        if isinstance(screened, Reply):
+            return screened
         verdict: DmarcVerdict | None = None
         if self.dmarc is not None:
             verdict = await self.dmarc.evaluate(
                 raw=raw, peer_ip=session.peer_ip, helo=session.helo or "", mail_from=envelope.mail_from or ""
             )
-            if self.metrics is not None:
-                self.metrics.dmarc(verdict.result)
-            refusal = self._dmarc_refusal(verdict) if self.dmarc_enforce else None
+            refusal = self._dmarc_refusal(verdict, bound)
             if refusal is not None:
-                bound.info("message_refused", reason="dmarc", dmarc_result=verdict.result.value, reply=refusal.code)
                 return refusal
         try:
             attachments = await self.attachment_sink.store(screened.kept, delivery_id=delivery_id)
@@ -181,7 +162,46 @@ class Relay:
             if self.queue.fits(len(body)):
                 return await self._enqueue(self.queue, body, delivery_id, attachments, bound, details)
             bound.info("message_too_large_for_queue", payload_size=len(body))
-        result = await self.webhook.deliver(body, delivery_id=delivery_id)
+        return await self._deliver(body, delivery_id, attachments, bound, details)
+
+    def _paused(self, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
+        """Direct mode while the target pauses: nothing can be delivered for now, so say so (451) before parsing,
+        checking or uploading anything."""
+        pause = self.target.pause() if self.queue is None else None
+        if pause is None:
+            return None
+        bound.warning("message_deferred", reason="circuit_open", retry_in=round(pause.retry_in, 1))
+        if self.metrics is not None:
+            self.metrics.delivery(Delivery.CIRCUIT_OPEN)
+        return r.temporary_failure(pause.reason)
+
+    def _screen(self, message: ParsedMessage, bound: structlog.typing.FilteringBoundLogger) -> Screened | Reply:
+        """The attachment policy: what is kept and dropped (dropped ones logged and counted), or the refusal."""
+        try:
+            screened = self.attachment_policy.screen(message.parts)
+        except AttachmentRejected as exc:
+            bound.info(
+                "message_refused",
+                reason="attachment_policy",
+                rule=exc.rule,
+                filename=_shown_filename(exc.filename),
+                content_type=scrub(exc.content_type),
+                size=exc.size,
+            )
+            return r.ATTACHMENT_POLICY_REPLIES[exc.rule]
+        self._log_dropped(screened, bound)
+        return screened
+
+    async def _deliver(
+        self,
+        body: bytes,
+        delivery_id: str,
+        attachments: Sequence[Attachment],
+        bound: structlog.typing.FilteringBoundLogger,
+        details: Mapping[str, object],
+    ) -> Reply:
+        """Direct mode: the target's delivery with its retries; the reply follows from how it ended."""
+        result = await self.target.deliver(body, delivery_id=delivery_id)
         if not result.posted:
             await self.attachment_sink.discard(attachments)  # nothing was posted: no object is referenced
         bound.info(
@@ -215,7 +235,18 @@ class Relay:
         bound.info("message_queued", **details)
         return r.MESSAGE_ACCEPTED
 
-    def _dmarc_refusal(self, verdict: DmarcVerdict) -> Reply | None:
+    def _dmarc_refusal(self, verdict: DmarcVerdict, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
+        """Counts the DMARC result; with `dmarc_enforce`, the reply refusing the message, if any (logged)."""
+        if self.metrics is not None:
+            self.metrics.dmarc(verdict.result)
+        if not self.dmarc_enforce:
+            return None
+        refusal = self._enforced(verdict)
+        if refusal is not None:
+            bound.info("message_refused", reason="dmarc", dmarc_result=verdict.result.value, reply=refusal.code)
+        return refusal
+
+    def _enforced(self, verdict: DmarcVerdict) -> Reply | None:
         decision = enforcement(verdict, sample=self._random())
         if decision is Enforcement.DEFER:
             return r.DMARC_TEMPERROR

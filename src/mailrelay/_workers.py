@@ -1,5 +1,6 @@
-"""Queue mode's delivery workers: take payloads from the shared consumer, POST each once, then ack, nak or
-dead-letter it as `_redelivery.decide` says. Every relay on the stream runs them; the consumer spreads the work."""
+"""Queue mode's delivery workers: take payloads from the shared consumer, make one attempt at the delivery target
+for each, then ack, nak or dead-letter it as `_redelivery.decide` says. Every relay on the stream runs them; the
+consumer spreads the work."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ from typing import Protocol
 
 import structlog
 
-from bastion_core import BreakerState, CircuitBreaker
-from mailrelay._delivery import Verdict, WebhookClient, judge
 from mailrelay._errors import QueueUnavailable
 from mailrelay._metrics import DeadLetter, Delivery, RelayMetrics, Retry
 from mailrelay._queue import QueuedMessage
 from mailrelay._redelivery import Action, RedeliveryRules, decide
+from mailrelay._target import DeliveryTarget, Verdict
 
 FETCH_WAIT_SECS = 5.0  # one long poll of the consumer; messages that arrive meanwhile come at once
 CIRCUIT_PAUSE_SECS = 1.0  # while the breaker is open nothing is fetched (no delivery is spent); checked this often
@@ -33,10 +33,11 @@ class Inbox(Protocol):
 
 
 class DeliveryWorkers:
-    """Up to `concurrency` deliveries at once from `inbox`, each one POST through `webhook` (and so through its
-    breaker). Fetches only as many messages as it has free slots, so none waits in this process while its ack
-    wait runs. `run()` until `stop(grace)`: then fetching stops, deliveries under way get `grace` seconds, and what
-    is left unacknowledged is redelivered by the stream after its ack wait (to this relay or another).
+    """Up to `concurrency` deliveries at once from `inbox`, each one attempt at `target`; nothing is fetched while
+    the target pauses (its breaker is open). Fetches only as many messages as it has free slots, so none waits in
+    this process while its ack wait runs. `run()` until `stop(grace)`: then fetching stops, deliveries under way
+    get `grace` seconds, and what is left unacknowledged is redelivered by the stream after its ack wait (to this
+    relay or another).
     With `metrics`, records each delivery's outcome, retry and dead letter.
     """
 
@@ -44,19 +45,17 @@ class DeliveryWorkers:
         self,
         *,
         inbox: Inbox,
-        webhook: WebhookClient,
+        target: DeliveryTarget,
         rules: RedeliveryRules,
         concurrency: int,
-        breaker: CircuitBreaker | None = None,
         metrics: RelayMetrics | None = None,
         wall_clock: Callable[[], float] = time.time,
         random: Callable[[], float] = random.random,
     ) -> None:
         self.inbox = inbox
-        self.webhook = webhook
+        self.target = target
         self.rules = rules
         self.concurrency = concurrency
-        self.breaker = breaker
         self.metrics = metrics
         self._wall_clock = wall_clock
         self._random = random
@@ -76,8 +75,9 @@ class DeliveryWorkers:
                 await asyncio.sleep(CIRCUIT_PAUSE_SECS)
 
     async def _fetch_round(self) -> None:
-        if self.breaker is not None and self.breaker.state is BreakerState.OPEN:
-            await asyncio.sleep(min(CIRCUIT_PAUSE_SECS, max(self.breaker.retry_after(), 0.01)))
+        pause = self.target.pause()
+        if pause is not None:
+            await asyncio.sleep(min(CIRCUIT_PAUSE_SECS, max(pause.retry_in, 0.01)))
             return
         free = self.concurrency - len(self._running)
         if free <= 0:
@@ -101,23 +101,21 @@ class DeliveryWorkers:
             log.exception("queued_delivery_failed", delivery_id=message.delivery_id)
 
     async def _deliver(self, message: QueuedMessage) -> None:
-        attempt = await self.webhook.attempt(message.body, delivery_id=message.delivery_id)
-        now = self._wall_clock()
+        outcome = await self.target.attempt(message.body, delivery_id=message.delivery_id)
         decision = decide(
-            attempt,
+            outcome,
             number=message.number,
-            age=now - message.accepted_at,
+            age=self._wall_clock() - message.accepted_at,
             rules=self.rules,
-            now=now,
             # at least a pause: Half-Open refuses all but its test attempts with nothing to wait for
-            circuit_wait=max(self.breaker.retry_after() if self.breaker is not None else 0.0, CIRCUIT_PAUSE_SECS),
+            circuit_wait=max(pause.retry_in if (pause := self.target.pause()) else 0.0, CIRCUIT_PAUSE_SECS),
             random=self._random,
         )
         bound = log.bind(delivery_id=message.delivery_id, attempt=message.number)
         metrics = self.metrics
         if decision.action is Action.ACK:
             await message.ack()
-            bound.info("message_relayed", outcome="delivered", status=attempt.status, mode="queue")
+            bound.info("message_relayed", outcome="delivered", status=outcome.status, mode="queue")
             if metrics is not None:
                 metrics.delivery(Delivery.DELIVERED)
             return
@@ -127,12 +125,13 @@ class DeliveryWorkers:
                 "webhook_retry_scheduled",
                 problem=decision.error,
                 wait=round(decision.delay, 3),
-                **self.webhook.log_fields,
+                **self.target.log_fields,
             )
             if metrics is not None:
-                metrics.queue_retry(Retry.CIRCUIT_OPEN if attempt.circuit_open else Retry.ATTEMPT_FAILED)
+                circuit_open = outcome.verdict is Verdict.CIRCUIT_OPEN
+                metrics.queue_retry(Retry.CIRCUIT_OPEN if circuit_open else Retry.ATTEMPT_FAILED)
             return
-        error = decision.error or attempt.problem
+        error = decision.error or outcome.problem
         try:
             await self.inbox.dead_letter(message, error=error, attempts=message.number)
         except QueueUnavailable as exc:
@@ -143,9 +142,9 @@ class DeliveryWorkers:
                 metrics.queue_retry(Retry.DEAD_LETTER_FAILED)
             return
         await message.ack()
-        bound.warning("message_dead_lettered", error=error, status=attempt.status, **self.webhook.log_fields)
+        bound.warning("message_dead_lettered", error=error, status=outcome.status, **self.target.log_fields)
         if metrics is not None:
-            refused = judge(attempt) is Verdict.REJECTED
+            refused = outcome.verdict is Verdict.REJECTED
             metrics.dead_letter(DeadLetter.REFUSED if refused else DeadLetter.FAILED)
             metrics.delivery(Delivery.REFUSED if refused else Delivery.FAILED)
 

@@ -24,7 +24,9 @@ from grpclib.reflection.v1 import reflection_pb2
 from hpack import Decoder, Encoder
 
 from bastion.grpc._limits import RESET_BURST
+from bastion.testing import TokenMinter
 from bastion_core.testing import free_port
+from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
 from tests.conftest import BastionProcess
 
 EXAMPLE = ("examples.documents_api:service", "--config", "examples/documents_api/config.toml")
@@ -32,8 +34,9 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM = ACK = 0x1
 END_HEADERS = 0x4
-NO_ERROR, REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x0, 0x7, 0xB
+NO_ERROR, PROTOCOL_ERROR, REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x0, 0x1, 0x7, 0xB
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+WATCH_DOCUMENTS = "/documents.v1.DocumentService/WatchDocuments"
 REFLECTION = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
 MAX_STREAMS = 4
 WITHIN_SECS = 10.0  # every wait is bounded by this (a loaded machine included)
@@ -175,6 +178,61 @@ def test_a_flood_gets_goaway_enhance_your_calm_and_others_are_served(
     client.send(flood(client))
     assert client.goaway_code() == ENHANCE_YOUR_CALM
     assert served(server)
+
+
+def error_lines(process: BastionProcess) -> list[str]:
+    """The process's log lines at error level or above, and any traceback."""
+    return [
+        line
+        for line in process.output().splitlines()
+        if '"level":"error"' in line or '"level":"critical"' in line or "Traceback" in line
+    ]
+
+
+def test_a_call_cut_off_by_the_goaway_ends_without_an_error_line(
+    bastion_process: Callable[..., BastionProcess], key_env: dict[str, str], minter: TokenMinter
+) -> None:
+    """A call still waiting for its message when a flood ends the connection is dropped quietly: grpclib must not
+    try to write its trailers on the closed connection (h2 refuses them and grpclib logs a server error)."""
+    process = bastion_process(*EXAMPLE, env=key_env)
+    bearer = [("authorization", f"Bearer {minter.mint(sub='alice', roles=['user'], ttl=300)}")]
+    watch = grpc_message(pb.WatchDocumentsRequest(max_events=50, interval_ms=50).SerializeToString())
+    client = RawClient(process.port)
+    with contextlib.closing(client):
+        # A server-streaming call that is running (its first event arrived) when the flood ends the connection.
+        client.send(client.request(1, WATCH_DOCUMENTS, extra=bearer) + frame(DATA, END_STREAM, 1, watch))
+        while client.next_frame()[0] != DATA:
+            pass
+        client.send(client.request(3, HEALTH_CHECK) + frame(DATA, 0, 3) * 2)
+        assert client.goaway_code() == ENHANCE_YOUR_CALM
+    assert served(process)
+    process.wait_for_output('"limit":"max_consecutive_inbound_frames_with_empty_payload"')
+    assert error_lines(process) == []
+
+
+MALFORMED_REQUESTS = {
+    "no-path": [(":method", "POST"), (":scheme", "http"), ("content-type", "application/grpc")],
+    "no-method": [(":scheme", "http"), (":path", HEALTH_CHECK), ("content-type", "application/grpc")],
+    "empty-path": [(":method", "POST"), (":scheme", "http"), (":path", "")],
+    "empty-name": [(":method", "POST"), (":scheme", "http"), (":path", HEALTH_CHECK), ("", "x")],
+}
+
+
+@pytest.mark.parametrize("fields", MALFORMED_REQUESTS.values(), ids=MALFORMED_REQUESTS.keys())
+def test_a_malformed_request_ends_the_connection_with_protocol_error(
+    bastion_process: Callable[..., BastionProcess], key_env: dict[str, str], fields: list[tuple[str, str]]
+) -> None:
+    """RFC 9113 8.3.1: a request without :method, :scheme or :path (or with an empty field name) is malformed:
+    GOAWAY PROTOCOL_ERROR (Envoy's default; a flood of them must not cost the server a decode each), no
+    traceback, and other connections are served."""
+    process = bastion_process(*EXAMPLE, env=key_env)
+    client = RawClient(process.port)
+    with contextlib.closing(client):
+        client.send(frame(HEADERS, END_HEADERS | END_STREAM, 1, client.encoder.encode(fields)))
+        assert client.goaway_code() == PROTOCOL_ERROR
+    assert served(process)
+    process.wait_for_output("a malformed request")
+    assert error_lines(process) == []
 
 
 def test_a_rapid_reset_burst_is_logged_as_a_flood(server: BastionProcess, connect: Callable[..., RawClient]) -> None:

@@ -8,12 +8,13 @@ import pytest
 
 import mailrelay
 from mailrelay import parse_settings
+from mailrelay._assembly import attachment_policy, attachment_sink, dmarc_checker, message_queue
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
 from mailrelay._attachments import InlineSink
 from mailrelay._config import REMOVED_VARIABLES, VARIABLES
 from mailrelay._mailauth import DmarcChecker
 from mailrelay._s3 import S3Sink
-from mailrelay.cli import EXIT_CONFIG, attachment_policy, attachment_sink, dmarc_checker, main, message_queue
+from mailrelay.cli import EXIT_CONFIG, main
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,13 +13,12 @@ import pytest
 from mailrelay._delivery import (
     BREAKER_OPEN_REASON,
     Attempt,
-    DeliveryOutcome,
-    Verdict,
     WebhookClient,
     is_retryable_status,
     judge,
 )
 from mailrelay._signing import compute_signature
+from mailrelay._target import DeliveryOutcome, Verdict
 
 BODY = b'{"sender":"a@example.org"}'
 

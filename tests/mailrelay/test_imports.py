@@ -85,5 +85,18 @@ def test_no_import_cycles() -> None:
     did): none is allowed."""
     paths = {_module_name(path): path for path in PACKAGE_DIR.rglob("*.py")}
     graph = {name: _imports(path, name, set(paths)) for name, path in paths.items()}
-    assert graph["mailrelay.cli"] >= {"mailrelay._config", "mailrelay.smtp", "mailrelay.smtp._server"}
+    assert graph["mailrelay._assembly"] >= {"mailrelay._config", "mailrelay.smtp", "mailrelay.smtp._server"}
     assert _cycles(graph) == []
+
+
+def test_the_relay_and_the_shared_core_load_no_opentelemetry_and_the_core_no_httpx() -> None:
+    """The relay uses bastion_core's Guard alone: OpenTelemetry and httpx came with the httpx transport of Bastion
+    (ResilientTransport), which is now loaded only when named. (httpx itself still comes with the relay's settings,
+    which parse the webhook URL with it.)"""
+    code = (
+        "import sys, bastion_core; core = sorted(m for m in ('httpx', 'opentelemetry') if m in sys.modules); "
+        "import mailrelay.cli; relay = sorted(m for m in sys.modules if m.split('.')[0] == 'opentelemetry'); "
+        "from bastion_core import ResilientTransport; print(core, relay, ResilientTransport.__name__)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert result.stdout.strip() == "[] [] ResilientTransport"

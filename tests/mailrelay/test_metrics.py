@@ -59,7 +59,9 @@ DIRECT_FAMILIES = {
     "mailrelay_smtp_sessions_refused": "counter",
     "mailrelay_smtp_recipients": "counter",
     "mailrelay_smtp_messages": "counter",
-    "mailrelay_webhook_duration_seconds": "histogram",
+    "mailrelay_delivery_attempt_duration_seconds": "histogram",
+    "mailrelay_deliveries": "counter",
+    "mailrelay_webhook_duration_seconds": "histogram",  # deprecated aliases of the two above
     "mailrelay_webhook_deliveries": "counter",
     "mailrelay_attachments": "counter",
     "mailrelay_attachments_dropped": "counter",
@@ -130,7 +132,11 @@ class TestFamilies:
     def test_breaker_gauge_once_watched(self) -> None:
         metrics = fresh()
         metrics.watch_breaker(CircuitBreaker("webhook"))
-        assert families(metrics) == {**DIRECT_FAMILIES, "mailrelay_webhook_circuit_state": "gauge"}
+        assert families(metrics) == {
+            **DIRECT_FAMILIES,
+            "mailrelay_delivery_circuit_state": "gauge",
+            "mailrelay_webhook_circuit_state": "gauge",
+        }
 
     def test_process_collector_is_on_by_default(self) -> None:
         names = {family.name for family in text_string_to_metric_families(text(RelayMetrics()))}
@@ -167,6 +173,8 @@ def test_every_label_takes_only_a_fixed_set_of_values() -> None:
             "outcome": {"accepted", "rejected"},
             "code": {"250", "451", "500", "550", "552", "554", "other"},
         },
+        "mailrelay_delivery_attempt_duration_seconds": {"target": {"webhook"}, "outcome": attempt_outcomes},
+        "mailrelay_deliveries": {"target": {"webhook"}, "outcome": delivery_outcomes},
         "mailrelay_webhook_duration_seconds": {"outcome": attempt_outcomes},
         "mailrelay_webhook_deliveries": {"outcome": delivery_outcomes},
         "mailrelay_dmarc_results": {"result": {"pass", "fail", "none", "temperror"}},
@@ -176,8 +184,50 @@ def test_every_label_takes_only_a_fixed_set_of_values() -> None:
         },
         "mailrelay_queue_retries": {"reason": {"attempt_failed", "circuit_open", "dead_letter_failed"}},
         "mailrelay_queue_dead_letters": {"reason": {"refused", "failed"}},
+        "mailrelay_delivery_circuit_state": {"target": {"webhook"}, "state": {"closed", "open", "half_open"}},
         "mailrelay_webhook_circuit_state": {"state": {"closed", "open", "half_open"}},
     }
+
+
+class TestDeprecatedAliases:
+    """The delivery metrics' names of 0.x (mailrelay_webhook_*) are still exported, with the same values."""
+
+    def test_each_old_name_repeats_the_webhook_targets_series_without_the_target_label(self) -> None:
+        clock = FakeClock()
+        breaker = CircuitBreaker("webhook", min_requests=1, wait_secs=30, clock=clock)
+        metrics = fresh()
+        metrics.watch_breaker(breaker)
+        breaker.record(breaker.admit(), success=False)
+        metrics.delivery(Delivery.DELIVERED)
+        metrics.delivery(Delivery.CIRCUIT_OPEN)
+        metrics.attempt(Attempt(status=200), 0.3)
+        metrics.attempt(Attempt(status=503), 1.5)
+        for new, old in [
+            ("mailrelay_deliveries_total", "mailrelay_webhook_deliveries_total"),
+            ("mailrelay_delivery_attempt_duration_seconds_count", "mailrelay_webhook_duration_seconds_count"),
+            ("mailrelay_delivery_attempt_duration_seconds_sum", "mailrelay_webhook_duration_seconds_sum"),
+            ("mailrelay_delivery_attempt_duration_seconds_bucket", "mailrelay_webhook_duration_seconds_bucket"),
+            ("mailrelay_delivery_circuit_state", "mailrelay_webhook_circuit_state"),
+        ]:
+            renamed = {
+                key.replace('target="webhook",', "").replace(',target="webhook"', ""): value
+                for key, value in recorded(metrics, new).items()
+            }
+            assert recorded(metrics, old) == renamed, old
+        assert recorded(metrics, "mailrelay_deliveries_total") == {
+            'outcome="circuit_open",target="webhook"': 1.0,
+            'outcome="delivered",target="webhook"': 1.0,
+        }
+        assert recorded(metrics, "mailrelay_delivery_circuit_state") == {'state="open",target="webhook"': 1.0}
+
+    def test_the_help_text_names_the_new_metric(self) -> None:
+        helps = {family.name: family.documentation for family in text_string_to_metric_families(text(fresh()))}
+        assert (
+            helps["mailrelay_webhook_deliveries"] == "Deprecated alias of mailrelay_deliveries_total (target webhook)."
+        )
+        assert helps["mailrelay_webhook_duration_seconds"] == (
+            "Deprecated alias of mailrelay_delivery_attempt_duration_seconds (target webhook)."
+        )
 
 
 class TestSmtpReplies:
@@ -392,8 +442,7 @@ def make_relay(open_transport: Callable[..., AiohttpTransport]) -> MakeRelay:
         breaker = breaker or CircuitBreaker("webhook", min_requests=10, wait_secs=60, clock=FakeClock())
         transport = TimedTransport(open_transport(breaker), metrics)
         return Relay(
-            webhook=WebhookClient(transport=transport, user_agent="UA", max_retries=1, sleep=_no_sleep),
-            breaker=breaker,
+            target=WebhookClient(transport=transport, user_agent="UA", breaker=breaker, max_retries=1, sleep=_no_sleep),
             attachment_policy=options.pop("attachment_policy", None) or AttachmentPolicy(max_bytes=10_000),  # type: ignore[arg-type]
             metrics=metrics,
             **options,  # type: ignore[arg-type]
@@ -551,10 +600,9 @@ def make_workers(open_transport: Callable[..., AiohttpTransport], queue: JetStre
         transport = TimedTransport(open_transport(breaker), metrics)
         return DeliveryWorkers(
             inbox=queue,
-            webhook=WebhookClient(transport=transport, user_agent="UA"),
+            target=WebhookClient(transport=transport, user_agent="UA", breaker=breaker),
             rules=RedeliveryRules(max_attempts=max_attempts, max_age=3600, backoff_base=0.01),
             concurrency=1,
-            breaker=breaker,
             metrics=metrics,
         )
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from mailrelay._delivery import Attempt
+from mailrelay._delivery import Attempt, outcome_of
 from mailrelay._redelivery import Action, Decision, RedeliveryRules, decide
+from mailrelay._target import Outcome, Verdict
 
 RULES = RedeliveryRules(max_attempts=5, max_age=3600, backoff_base=2.0, backoff_cap=300)
 NOW = 1_700_000_000.0
 
 
 def decided(attempt: Attempt, *, number: int = 1, age: float = 10.0, circuit_wait: float = 0.0) -> Decision:
-    return decide(attempt, number=number, age=age, rules=RULES, now=NOW, circuit_wait=circuit_wait, random=lambda: 1.0)
+    """The decision after a POST answered as `attempt`, judged by the webhook target as the workers get it."""
+    outcome = outcome_of(attempt, now=NOW)
+    return decide(outcome, number=number, age=age, rules=RULES, circuit_wait=circuit_wait, random=lambda: 1.0)
 
 
 def test_2xx_is_acked() -> None:
@@ -43,11 +46,10 @@ def test_failures_are_redelivered_with_doubling_waits(attempt: Attempt) -> None:
 
 def test_waits_stop_growing_at_the_cap() -> None:
     assert decide(
-        Attempt(status=503),
+        outcome_of(Attempt(status=503), now=NOW),
         number=4,
         age=0,
         rules=RedeliveryRules(max_attempts=50, max_age=3600, backoff_base=100, backoff_cap=300),
-        now=NOW,
         random=lambda: 1.0,
     ) == Decision(action=Action.RETRY, delay=300, error="HTTP 503")
 
@@ -76,3 +78,15 @@ def test_open_circuit_waits_for_the_breaker_and_spends_no_attempt() -> None:
         action=Action.RETRY, delay=42.5, error="circuit open"
     )
     assert decided(refused, age=3600).action is Action.DEAD_LETTER
+
+
+def test_decisions_need_only_the_target_neutral_outcome() -> None:
+    """No HTTP here: a target that is not a webhook reports verdicts and a wait of its own."""
+    asked = Outcome(verdict=Verdict.RETRY, problem="busy", retry_after=1000.0)
+    assert decide(asked, number=1, age=0, rules=RULES, random=lambda: 1.0) == Decision(
+        action=Action.RETRY, delay=300, error="busy"
+    )
+    refused = Outcome(verdict=Verdict.REJECTED, problem="no such mailbox")
+    assert decide(refused, number=1, age=0, rules=RULES, random=lambda: 1.0) == Decision(
+        action=Action.DEAD_LETTER, error="no such mailbox"
+    )

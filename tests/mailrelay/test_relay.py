@@ -56,8 +56,7 @@ async def make_relay(receiver: WebhookReceiver) -> AsyncIterator[MakeRelay]:
         transports.append(transport)
         policy = kw.pop("attachment_policy", None) or AttachmentPolicy(max_bytes=100)
         return Relay(
-            webhook=WebhookClient(transport=transport, user_agent="UA", max_retries=1, sleep=_no_sleep),
-            breaker=breaker,
+            target=WebhookClient(transport=transport, user_agent="UA", breaker=breaker, max_retries=1, sleep=_no_sleep),
             attachment_policy=policy,  # type: ignore[arg-type]
             header_prefixes=("x-custom-",),
             new_delivery_id=lambda: "fixed-id",

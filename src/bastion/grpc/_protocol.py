@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import structlog
 from grpclib.protocol import EventsProcessor, H2Protocol, Stream
 from h2.errors import ErrorCodes
-from h2.events import PingAckReceived, StreamReset
+from h2.events import PingAckReceived, RequestReceived, StreamReset
 from h2.exceptions import ProtocolError as H2ProtocolError
 from h2.settings import SettingCodes
 from hpack.exceptions import HPACKError, OversizedHeaderListError
@@ -104,7 +104,9 @@ class CoalescingTransport(asyncio.Transport):
         self.transport.abort()
 
     def is_closing(self) -> bool:
-        return self.transport.is_closing()
+        # After the GOAWAY the connection is closing for grpclib too: a call still running then ends without
+        # writing its trailers (h2 is closed and would refuse them, which grpclib logs as a server error).
+        return self._lingering or self.transport.is_closing()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self.transport.get_extra_info(name, default)
@@ -116,6 +118,28 @@ def _connection_error_code(exc: H2ProtocolError) -> ErrorCodes:
     if isinstance(exc.__cause__, HPACKError) and not isinstance(exc.__cause__, OversizedHeaderListError):
         return ErrorCodes.COMPRESSION_ERROR
     return ErrorCodes(exc.error_code)
+
+
+REQUIRED_PSEUDO_HEADERS: frozenset[str | bytes] = frozenset({":method", ":scheme", ":path"})
+"""By name as grpclib has h2 decode them (``header_encoding="ascii"``: ``str``)."""
+
+
+def well_formed(headers: Iterable[tuple[str | bytes, str | bytes]]) -> bool:
+    """Whether a request's header list is one grpclib can take: every name non-empty, and ``:method``,
+    ``:scheme`` and ``:path`` each present once with a value (RFC 9113 8.3.1). grpclib switches h2's own
+    checks off and fails on such a request with a traceback, leaving the stream open. A malformed request
+    ends the connection instead (GOAWAY PROTOCOL_ERROR, as Envoy does by default): RFC 9113 8.1.1 allows a
+    stream error, but a client that sends them in a loop (1000 empty field names each, CVE-2019-9516) would
+    make the server decode every one of them at no cost to itself; no conforming client sends one."""
+    seen = 0
+    for name, value in headers:
+        if not name:
+            return False
+        if name in REQUIRED_PSEUDO_HEADERS:
+            if not value:
+                return False
+            seen += 1
+    return seen == len(REQUIRED_PSEUDO_HEADERS)
 
 
 class _Streams(EventsProcessor):
@@ -248,6 +272,9 @@ class _H2Protocol(H2Protocol):
                 return False
             if isinstance(event, PingAckReceived) and event.ping_data == self._ping_data:
                 self._ack_by = None
+            if isinstance(event, RequestReceived) and not well_formed(event.headers):
+                self.protocol_error(ErrorCodes.PROTOCOL_ERROR, "a malformed request (RFC 9113 8.3.1)")
+                return False
             self.processor.process(event)
             if connection.is_closing():  # the client's GOAWAY: grpclib closed the connection
                 self.closed = True

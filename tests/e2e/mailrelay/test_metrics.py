@@ -148,6 +148,18 @@ def test_messages_recipients_and_deliveries_are_counted_by_reply_code_and_outcom
         'le="+Inf",outcome="http_error"': 2.0,
     }
     assert recorded(found, "mailrelay_webhook_circuit_state") == {'state="closed"': 1.0}
+    # the target-neutral names carry the same counts (the webhook_ ones above are their deprecated aliases)
+    assert recorded(found, "mailrelay_deliveries_total") == {
+        'outcome="delivered",target="webhook"': 1.0,
+        'outcome="refused",target="webhook"': 1.0,
+        'outcome="failed",target="webhook"': 1.0,
+    }
+    assert recorded(found, "mailrelay_delivery_attempt_duration_seconds_count") == {
+        'outcome="delivered",target="webhook"': 1.0,
+        'outcome="refused",target="webhook"': 1.0,
+        'outcome="http_error",target="webhook"': 2.0,
+    }
+    assert recorded(found, "mailrelay_delivery_circuit_state") == {'state="closed",target="webhook"': 1.0}
     assert len(own_webhook.requests) == 4
     assert [name for name in found if name.startswith(("mailrelay_queue_", "mailrelay_dmarc_"))] == []
 
