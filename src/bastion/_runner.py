@@ -27,6 +27,7 @@ from fastapi import APIRouter
 from uvicorn.config import Config
 
 from bastion._app import BastionApp
+from bastion._compat import uvicorn as uvicorn_compat
 from bastion._listener import ListenerConfig, ListenerLimits, SniffingProtocol, WebSocketProtocol
 from bastion._metrics import MULTIPROC_ENV, MetricsListener, multiprocess_exposition
 from bastion._service import Service
@@ -42,7 +43,7 @@ class _Server(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
-        self._captured_signals.clear()
+        uvicorn_compat.forget_captured_signals(self)
 
 
 def import_service(reference: str, *, app_dir: str = ".") -> Service:
@@ -114,7 +115,16 @@ def _worker_app() -> BastionApp:
 def uvicorn_config(
     app: Any, settings: Settings, *, host: str, port: int, workers: int = 1, factory: bool = False
 ) -> Config:
-    """The uvicorn configuration Bastion serves with: our sniffer, our logging, no proxy-header rewriting."""
+    """The uvicorn configuration Bastion serves with: our sniffer, our logging, no proxy-header rewriting.
+
+    Raises ConfigError (one line naming the supported versions) when the installed uvicorn, or grpclib with gRPC
+    enabled, lacks an internal the listener's limits rely on (``bastion._compat``).
+    """
+    uvicorn_compat.check()
+    if settings.grpc.enabled:
+        from bastion._compat import grpclib as grpclib_compat  # the grpc extra: present when gRPC is enabled
+
+        grpclib_compat.check()
     config = ListenerConfig(
         app,
         host=host,

@@ -19,7 +19,7 @@ from bastion.broker._handlers import BoundHandler
 from bastion.broker._handlers import Handler as BrokerHandler
 from bastion.broker._specs import BrokerPlan, ConsumerSpec, ResponderSpec, Retention, StreamSpec, SubscriberSpec
 from bastion.config import Settings, load_settings
-from bastion.config._sections import check_subject
+from bastion.config._values import check_subject
 from bastion.errors import ConfigError
 from bastion.policy import Normalizer, ResourceExtractor
 from bastion.policy._schema import cedar_attributes

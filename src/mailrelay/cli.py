@@ -22,6 +22,7 @@ from mailrelay._config import (
 )
 from mailrelay._errors import ListenFailed, QueueUnavailable
 from mailrelay._tls import server_context
+from mailrelay.smtp import _compat as smtp_compat
 
 EXIT_CONFIG = 2
 EXIT_LISTEN = 1
@@ -72,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             refuse_unknown_variables(unknown)
         tls_context, generated = server_context(settings.tls_cert, settings.tls_key)
         dmarc = dmarc_checker(settings)
+        smtp_compat.check()  # the SMTP session limits rely on aiosmtpd internals
     except ConfigError as exc:
         print(f"mailrelay: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -1,65 +1,48 @@
-"""HPACK for gRPC connections: the memo in front of the Huffman decoder (the same bytes as the decoder, errors
-still raised, bounded) and the answer encoder (the request id as a literal without indexing)."""
+"""HPACK for gRPC connections: the memo decoder on Bastion's own connections only (its assumptions and bounds:
+tests/bastion/compat/test_hpack.py) and the answer encoder (the request id as a literal without indexing)."""
 
 from __future__ import annotations
 
 import pytest
+import structlog
+from h2.config import H2Configuration
+from h2.connection import H2Connection
 from hpack import Decoder, Encoder
-from hpack.exceptions import HPACKDecodingError
-from hpack.huffman import HuffmanEncoder
-from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
+from hpack import hpack as hpack_module
 from hpack.huffman_table import decode_huffman
 
+from bastion._compat import hpack as hpack_compat
+from bastion._compat.hpack import MemoDecoder, decode_huffman_memoized
 from bastion.grpc import _hpack
 
-ENCODER = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH)
 TOKEN = b"Bearer " + b"eyJhbGciOiJSUzI1NiJ9." * 30
 
 
-def test_same_bytes_as_the_decoder_and_a_repeat_is_remembered() -> None:
-    memo = _hpack.memoized(decode_huffman)
-    encoded = ENCODER.encode(TOKEN)
-    assert memo(encoded) == TOKEN == decode_huffman(encoded)
-    assert memo(memoryview(encoded)) == TOKEN  # what hpack passes may be a memoryview
-    info = memo.cache_info()  # type: ignore[attr-defined]
-    assert (info.hits, info.misses) == (1, 1)
-
-
-@pytest.mark.parametrize("value", [b"", b"short", b"x" * 20_000])
-def test_short_and_huge_values_are_decoded_not_remembered(value: bytes) -> None:
-    memo = _hpack.memoized(decode_huffman)
-    encoded = ENCODER.encode(value)
-    assert memo(encoded) == value
-    assert memo(encoded) == value
-    assert memo.cache_info().currsize == 0  # type: ignore[attr-defined]
-
-
-def test_undecodable_input_still_raises_every_time() -> None:
-    memo = _hpack.memoized(decode_huffman)
-    garbage = b"\xff" * 100  # an EOS symbol inside the string: RFC 7541 5.2 says it is an error
-    for _ in range(2):
-        with pytest.raises(HPACKDecodingError):
-            memo(garbage)
-
-
-def test_bounded() -> None:
-    memo = _hpack.memoized(decode_huffman)
-    for n in range(_hpack.MEMO_ENTRIES + 50):
-        memo(ENCODER.encode(b"token-%d-" % n + b"a" * 200))
-    assert memo.cache_info().currsize == _hpack.MEMO_ENTRIES  # type: ignore[attr-defined]
-
-
-def test_install_is_idempotent_and_decoding_headers_is_unchanged() -> None:
-    _hpack.install()
-    _hpack.install()
-    from hpack import hpack as module
-
-    assert module.decode_huffman.wrapped is decode_huffman  # type: ignore[attr-defined]
+def test_a_connection_decodes_through_the_memo_and_others_do_not() -> None:
+    """The memo is set on Bastion's own h2 connections only: hpack's decoder elsewhere is untouched."""
     headers = [(b":method", b"POST"), (b"authorization", TOKEN), (b"te", b"trailers")]
     block = Encoder().encode([(name, value, True) for name, value in headers])  # never indexed, as clients send it
-    decoder = Decoder()
+    h2 = H2Connection(H2Configuration(client_side=False))
+    _hpack.use_memo_decoder(h2)
+    assert isinstance(h2.decoder, MemoDecoder)
+    before = decode_huffman_memoized.cache_info().hits  # type: ignore[attr-defined]
     for _ in range(3):
-        assert [(h[0], h[1]) for h in decoder.decode(block, raw=True)] == headers
+        assert [(h[0], h[1]) for h in h2.decoder.decode(block, raw=True)] == headers
+    assert decode_huffman_memoized.cache_info().hits >= before + 2  # type: ignore[attr-defined]
+    assert type(H2Connection(H2Configuration(client_side=False)).decoder) is Decoder
+    assert hpack_module.decode_huffman is decode_huffman  # no process-wide patch
+
+
+def test_the_memo_is_unavailable_without_the_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hpack_compat, "supported", lambda: False)
+    with structlog.testing.capture_logs() as logs:
+        assert not _hpack.memo_decoder_available()
+    assert [log["event"] for log in logs] == ["memo_decoder_unavailable"]
+    assert logs[0]["hpack"] == hpack_compat.version()
+
+
+def test_the_memo_is_available_on_the_installed_hpack() -> None:
+    assert _hpack.memo_decoder_available()
 
 
 def test_the_request_id_is_sent_as_it_is_and_never_enters_the_table() -> None:

@@ -7,6 +7,9 @@ The server (``bastion.grpc._server``):
 - ``grpclib.protocol.Connection._transport``: the transport frames are written to; streams take it when they
   open, so replacing it right after ``connection_made`` routes every later frame through the replacement.
 - ``grpclib.server.Server._protocol_factory``: builds the HTTP/2 protocol of one connection (with its handler).
+  Bastion's connections are grpclib's protocol and handler with their classes replaced by subclasses that add
+  state only through class attributes and methods (``new_protocol``): grpclib builds both, so a subclass's
+  ``__init__`` would never run.
 - ``grpclib.server.Server._handlers``: the live connections' handlers (closed and awaited at shutdown).
 
 The call layer (``bastion.grpc._interceptors``) reads a request message itself, to check its length prefix before
@@ -25,22 +28,77 @@ It sends the initial metadata with the call's request id last (what ``Stream.sen
 ``Stream._send_initial_metadata_done``, ``Stream._content_type``, ``Stream._dispatch.send_initial_metadata`` and
 the HTTP/2 stream's ``send_headers``.
 
+The HTTP/2 limits and the message checks depend on these: ``check()`` runs at start-up (with gRPC enabled) and
+refuses to serve, in one line naming the supported versions, when one is missing.
 ``tests/bastion/compat/test_grpclib.py`` checks each of these on the installed grpclib.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from grpclib.exceptions import ProtocolError
 from grpclib.metadata import encode_metadata
 from grpclib.protocol import Connection, H2Protocol
-from grpclib.server import Server, Stream
+from grpclib.server import Handler, Server, Stream
 from h2.connection import H2Connection
 from multidict import MultiDict
+
+from bastion.errors import ConfigError
+
+ProtocolT = TypeVar("ProtocolT", bound=H2Protocol)
+
+VERIFIED = "grpclib 0.4.9"
+"""The grpclib version these assumptions were last checked on."""
+_ASSUMED = {
+    Connection: ("_connection", "_transport"),
+    Server: ("_protocol_factory", "_handlers"),
+    Stream: (
+        "_stream",
+        "_cardinality",
+        "_codec",
+        "_recv_type",
+        "_dispatch",
+        "_messages_received",
+        "_send_initial_metadata_done",
+        "_content_type",
+    ),
+}
+PRIVATE_NAMES = frozenset(name for names in _ASSUMED.values() for name in names)
+"""Every private name of grpclib this module touches (the wall test looks for them outside ``bastion._compat``)."""
+
+
+def version() -> str:
+    """The installed grpclib's version."""
+    return importlib.metadata.version("grpclib")
+
+
+def missing() -> list[str]:
+    """The internals the installed grpclib lacks (``[]``: none): each is a class attribute or set by its class."""
+    absent = []
+    for cls, names in _ASSUMED.items():
+        source = inspect.getsource(cls)
+        absent += [
+            f"{cls.__module__}.{cls.__name__}.{name}"
+            for name in names
+            if not hasattr(cls, name) and f"self.{name} =" not in source and f"self.{name}: " not in source
+        ]
+    return absent
+
+
+def check() -> None:
+    """Refuse to serve (ConfigError, one line) when the installed grpclib lacks an internal the HTTP/2 limits or the
+    message checks rely on."""
+    absent = missing()
+    if absent:
+        raise ConfigError(
+            f"grpclib {version()} lacks what Bastion's gRPC limits rely on ({', '.join(absent)}); supported: {VERIFIED}"
+        )
 
 
 def h2_connection(connection: Connection) -> H2Connection:
@@ -53,9 +111,16 @@ def replace_transport(connection: Connection, transport: asyncio.Transport) -> N
     connection._transport = transport
 
 
-def new_protocol(server: Server) -> H2Protocol:
-    """The HTTP/2 protocol grpclib builds for one connection of ``server``."""
-    return server._protocol_factory()
+def new_protocol(
+    server: Server, *, protocol_class: type[ProtocolT], handler_class: type[Handler] = Handler
+) -> ProtocolT:
+    """The HTTP/2 protocol grpclib builds for one connection of ``server`` (its handler tracked by the server for
+    draining), as a ``protocol_class`` whose handler is a ``handler_class``: subclasses of grpclib's ``H2Protocol``
+    and ``Handler`` without an ``__init__`` of their own."""
+    protocol = server._protocol_factory()
+    protocol.__class__ = protocol_class
+    protocol.handler.__class__ = handler_class
+    return cast(ProtocolT, protocol)
 
 
 def handlers(server: Server) -> Collection[Any]:

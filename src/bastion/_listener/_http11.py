@@ -13,6 +13,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Http11Pr
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 from uvicorn.server import ServerState
 
+from bastion._compat import uvicorn as uvicorn_compat
 from bastion._connections import UNCOUNTED, Slot
 from bastion._listener._answers import HEADERS_TOO_LARGE_RESPONSE, answer_and_close, raw_response
 from bastion._listener._config import limits_of
@@ -131,7 +132,7 @@ class BoundedHttpProtocol(_Http11Protocol):
         # uvicorn's data_received, with the head bounds around the parser and the pipelined queue bounded.
         if self.head_refused:
             return  # answered (or about to be): the parser must not buffer any more of the refused head
-        self._unset_keepalive_if_required()
+        uvicorn_compat.unset_keepalive(self)
         if self.held:  # a TLS transport may deliver what it had decrypted before the pause
             self.held = memoryview(bytes(self.held[self.held_at :]) + data)
             self.held_at = 0
@@ -155,7 +156,7 @@ class BoundedHttpProtocol(_Http11Protocol):
     def _parse_held(self) -> None:
         """Parse the held input a slice at a time while the queue has room; hold the rest."""
         self.parse_call = None
-        self._unset_keepalive_if_required()  # uvicorn armed it if the queue ran empty: the next request is here
+        uvicorn_compat.unset_keepalive(self)  # uvicorn armed it if the queue ran empty: the next request is here
         held = self.held
         while self.held_at < len(held):
             if self.head_refused or self.transport.is_closing():
@@ -198,10 +199,10 @@ class BoundedHttpProtocol(_Http11Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
+            if uvicorn_compat.should_upgrade(self):
                 self.handle_websocket_upgrade()
             else:
-                self._unsupported_upgrade_warning()
+                uvicorn_compat.warn_unsupported_upgrade(self)
             return False
         except httptools.HttpParserError as exc:
             cause = exc.__context__
@@ -263,7 +264,7 @@ class BoundedHttpProtocol(_Http11Protocol):
         if idle:
             self.answering = cycle
         if type(cycle) is RequestResponseCycle:
-            cycle.__class__ = CoalescingCycle  # before its task first runs: its send is ours
+            uvicorn_compat.adopt_cycle(cycle, CoalescingCycle)  # before its task first runs: its send is ours
 
     def on_body(self, body: bytes) -> None:
         self.body_parsed += len(body)

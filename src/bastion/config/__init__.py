@@ -5,15 +5,14 @@ the default is documented in ``docs/configuration.md``).
 """
 
 from bastion.config._load import PATH_KEYS, load_settings, masked, read_file
+from bastion.config._messaging import BrokerSettings, StreamSettings
+from bastion.config._observability import AuditSettings, MetricsSettings, TracingSettings
 from bastion.config._sections import (
     AccessLogSettings,
-    AuditSettings,
-    BrokerSettings,
     CacheStoreSettings,
     CompressionSettings,
     CorsSettings,
     GrpcSettings,
-    MetricsSettings,
     MiddlewareSettings,
     PolicySettings,
     RateLimitSettings,
@@ -22,9 +21,7 @@ from bastion.config._sections import (
     SecurityHeadersSettings,
     ServiceSettings,
     Settings,
-    StreamSettings,
     TokenSettings,
-    TracingSettings,
 )
 
 __all__ = [

@@ -16,7 +16,8 @@ from pydantic import (
     BaseModel,
 )
 
-from bastion.config._sections import ServiceSettings, Settings, TokenSettings, _Section
+from bastion.config._sections import ServiceSettings, Settings, TokenSettings
+from bastion.config._values import Section
 from bastion.errors import ConfigError
 
 ENV_PREFIX = "SERVICE_"
@@ -32,7 +33,7 @@ def _sections(model: type[BaseModel], path: tuple[str, ...] = ()) -> Iterable[tu
             continue  # a table of tables ([rate_limit.routes."..."], [broker.streams.NAME]): the file only
         candidates = getattr(annotation, "__args__", (annotation,))
         for candidate in candidates:
-            if isinstance(candidate, type) and issubclass(candidate, _Section):
+            if isinstance(candidate, type) and issubclass(candidate, Section):
                 yield from _sections(candidate, (*path, name))
 
 

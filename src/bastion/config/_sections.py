@@ -1,6 +1,8 @@
 """The settings sections: one frozen pydantic model per TOML table, with the spec's keys and defaults.
 
-Pure data and validation of single values; reading files and the environment is ``_load`` and ``_env``.
+Pure data and validation of single values; reading files and the environment is ``_load`` and ``_env``. The
+value types are in ``_values``, the broker's tables in ``_messaging``, audit, metrics and tracing in
+``_observability``.
 """
 
 from __future__ import annotations
@@ -10,17 +12,11 @@ from collections.abc import Mapping
 from typing import Annotated, Literal
 
 import structlog
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    SecretStr,
-    Strict,
-    field_validator,
-    model_validator,
-)
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator, model_validator
+
+from bastion.config._messaging import BrokerSettings
+from bastion.config._observability import AuditSettings, MetricsSettings, TracingSettings
+from bastion.config._values import Bool, Duration, Port, PositiveDuration, PositiveInt, Section, check_path_prefix
 
 log = structlog.get_logger("bastion.config")
 
@@ -28,40 +24,8 @@ DEFAULT_PORT = 8080
 DEFAULT_BASE_PATH = "/api"
 DEFAULT_CACHE_TTL_SECS = 300
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
-
-def _parse_duration(value: object) -> object:
-    """Seconds from a number or a string such as ``"5s"``, ``"250ms"``, ``"1m"``, ``"7d"``."""
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match is None:
-            raise ValueError("expected a duration such as 5, '5s', '250ms' or '1m'")
-        return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    return value
-
-
-Duration = Annotated[float, BeforeValidator(_parse_duration), Field(ge=0)]
-PositiveDuration = Annotated[float, BeforeValidator(_parse_duration), Field(gt=0)]
-# TOML has real booleans: ``enabled = "yes"`` is a mistake to report, not a value to guess at. Environment
-# values (always strings) are converted by _env_value, which accepts only true/false/1/0.
-Bool = Annotated[bool, Strict()]
-Port = Annotated[int, Field(ge=0, le=65535)]
-PositiveInt = Annotated[int, Field(gt=0)]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-def _check_path_prefix(value: str) -> str:
-    if not value.startswith("/") or "//" in value or any(c.isspace() for c in value):
-        raise ValueError("expected an absolute URL path such as '/api'")
-    return value.rstrip("/") if value != "/" else ""
-
-
-class ServiceSettings(_Section):
+class ServiceSettings(Section):
     """``[service]``: identity, listener and logging."""
 
     name: str | None = None
@@ -89,8 +53,8 @@ class ServiceSettings(_Section):
     max_pipelined_requests: Annotated[int, Field(ge=1, le=1024)] = 32
     """HTTP/1.1 requests parsed ahead of the one being answered on a connection; past it, reading stops."""
     compiled_handlers: Bool = True
-    """Serve the FastAPI routes of the common shapes through a handler compiled at start-up (docs/performance.md);
-    ``false`` keeps FastAPI's own handler for every route."""
+    """Serve the FastAPI routes of the common shapes through a handler compiled at start-up (docs/pipeline.md,
+    "Compiled handlers"); ``false`` keeps FastAPI's own handler for every route."""
     api_docs_public: Bool = True
     """Serve each version's Swagger UI, ReDoc and OpenAPI document without a token or a policy decision
     (docs/api-docs.md); ``false`` puts them behind token auth and policy like any route."""
@@ -109,7 +73,7 @@ class ServiceSettings(_Section):
     @field_validator("base_path")
     @classmethod
     def _base_path(cls, value: str) -> str:
-        return _check_path_prefix(value)
+        return check_path_prefix(value)
 
 
 Algorithm = Literal["RS256", "RS384", "RS512", "ES256", "ES384", "HS256", "HS384", "HS512"]
@@ -119,12 +83,12 @@ JWT_KEY_SOURCES = ("public_key_path", "secret", "jwks_path", "jwks_url")
 PASETO_KEYS = ("key_path", "version", "purpose")
 
 
-class TokenSettings(_Section):
+class TokenSettings(Section):
     """``[token]`` (alias ``[jwt]``): bearer-token validation.
 
     On when the section names a key source (``public_key_path``, ``secret``, ``jwks_path``, ``jwks_url``,
     ``key_path``) or says ``enabled = true``; off only with an explicit ``enabled = false``. Neither is a
-    start-up refusal (see :func:`bastion.startup.check_token_decision`), never an open service.
+    start-up refusal (see the start-up check in ``bastion/_security.py``), never an open service.
     """
 
     enabled: Bool | None = None
@@ -206,7 +170,7 @@ class TokenSettings(_Section):
             raise ValueError("token.format = 'paseto' needs token.key_path")
 
 
-class PolicySettings(_Section):
+class PolicySettings(Section):
     """``[policy]``: Cedar policy authorization, on when ``policy_path`` is set unless ``enabled = false``."""
 
     enabled: Bool | None = None
@@ -231,7 +195,7 @@ class PolicySettings(_Section):
         return self
 
 
-class CacheStoreSettings(_Section):
+class CacheStoreSettings(Section):
     """``[cache_store]``: Redis/Valkey URL; in-process memory when unset."""
 
     url: SecretStr | None = None
@@ -239,7 +203,7 @@ class CacheStoreSettings(_Section):
     timeout_secs: Annotated[float, Field(gt=0)] = 1.0
 
 
-class RouteRule(_Section):
+class RouteRule(Section):
     """One ``[rate_limit.routes."<pattern>"]`` entry: one rate (per second, minute or hour) and a burst."""
 
     requests_per_second: PositiveInt | None = None
@@ -256,7 +220,7 @@ class RouteRule(_Section):
         return self
 
 
-class RateLimitSettings(_Section):
+class RateLimitSettings(Section):
     """``[rate_limit]``: per user, client and IP buckets with per-route rules."""
 
     enabled: Bool = True
@@ -287,7 +251,7 @@ def _clamp_unit(value: object) -> object:
 REMOVED_RESILIENCE_PREFIX = "retry_"
 
 
-class ResilienceSettings(_Section):
+class ResilienceSettings(Section):
     """``[middleware.resilience]``: the values the operator's layers are built from (``service.use_resilience()``).
 
     Not applied automatically (spec): a layer exists only where the operator asks for one. Each layer has a
@@ -320,7 +284,7 @@ class ResilienceSettings(_Section):
         return {key: value for key, value in data.items() if key not in removed}
 
 
-class CorsSettings(_Section):
+class CorsSettings(Section):
     """``[middleware.cors]``: off until ``allow_origins`` lists an origin."""
 
     allow_origins: list[str] = Field(default_factory=list)
@@ -354,7 +318,7 @@ class CorsSettings(_Section):
         return value
 
 
-class SecurityHeadersSettings(_Section):
+class SecurityHeadersSettings(Section):
     """``[middleware.security_headers]``: set on every response unless the handler set them."""
 
     enabled: Bool = True
@@ -366,7 +330,7 @@ class SecurityHeadersSettings(_Section):
     content_security_policy: str | None = None
 
 
-class AccessLogSettings(_Section):
+class AccessLogSettings(Section):
     """``[middleware.access_log]``: one structured line per request."""
 
     enabled: Bool = True
@@ -384,7 +348,7 @@ class AccessLogSettings(_Section):
     )
 
 
-class CompressionSettings(_Section):
+class CompressionSettings(Section):
     """``[middleware.compression]``: gzip above a size threshold."""
 
     enabled: Bool = True
@@ -400,7 +364,7 @@ MAX_JSON_DEPTH = 200
 handler that wraps what it received; Python's recursive decoder fails near 1000."""
 
 
-class MiddlewareSettings(_Section):
+class MiddlewareSettings(Section):
     """``[middleware]``: request limits plus the sub-sections of the stack."""
 
     timeout_secs: Annotated[float, Field(gt=0)] = 30.0
@@ -413,162 +377,7 @@ class MiddlewareSettings(_Section):
     compression: CompressionSettings = Field(default_factory=CompressionSettings)
 
 
-RETENTIONS = {"limits": "limits", "interest": "interest", "workqueue": "workqueue", "work_queue": "workqueue"}
-_SUBJECT_TOKEN = re.compile(r"^[^\s.*>]+$")
-
-
-def check_subject(subject: str, *, wildcards: bool) -> str:
-    """A NATS subject: dot-separated non-empty tokens; ``*`` (one token) and a last ``>`` only with ``wildcards``."""
-    tokens = subject.split(".")
-    for index, token in enumerate(tokens):
-        if _SUBJECT_TOKEN.match(token):
-            continue
-        if wildcards and (token == "*" or (token == ">" and index == len(tokens) - 1)):
-            continue
-        kind = (
-            "a subject (tokens separated by dots; '*' and a last '>' as wildcards)"
-            if wildcards
-            else ("a subject without wildcards (tokens separated by dots)")
-        )
-        raise ValueError(f"{subject!r} is not {kind}")
-    return subject
-
-
-def _retention(value: object) -> object:
-    if isinstance(value, str):
-        retention = RETENTIONS.get(value.strip().lower())
-        if retention is None:
-            raise ValueError("expected one of Limits, Interest, WorkQueue")
-        return retention
-    return value
-
-
-class StreamSettings(_Section):
-    """``[broker.streams.<NAME>]``: a JetStream stream, created (or updated) at start-up."""
-
-    subjects: list[str]
-    max_messages: Annotated[int, Field(ge=-1)] = -1
-    max_age: Duration = 0.0
-    retention: Annotated[Literal["limits", "interest", "workqueue"], BeforeValidator(_retention)] = "limits"
-
-    @field_validator("subjects")
-    @classmethod
-    def _subjects(cls, subjects: list[str]) -> list[str]:
-        if not subjects:
-            raise ValueError("a stream needs at least one subject")
-        return [check_subject(subject, wildcards=True) for subject in subjects]
-
-
-class BrokerSettings(_Section):
-    """``[broker]``: NATS JetStream; on when ``url`` is set (or ``SERVICE_BROKER_URL``) unless ``enabled = false``."""
-
-    enabled: Bool | None = None
-    url: SecretStr | None = None
-    name: str | None = None
-    max_reconnects: Annotated[int, Field(ge=-1)] = 60
-    max_retries: Annotated[int, Field(ge=0)] = 3
-    retry_delay_secs: Annotated[int, Field(ge=0)] = 1
-    optional: Bool = False
-    lazy_init: Bool = True
-    connect_timeout_secs: PositiveDuration = 2.0
-    drain_timeout_secs: PositiveDuration = 10.0
-    dead_letter_prefix: str = "deadletter"
-    streams: dict[str, StreamSettings] = Field(default_factory=dict)
-
-    @field_validator("dead_letter_prefix")
-    @classmethod
-    def _prefix(cls, value: str) -> str:
-        return check_subject(value, wildcards=False)
-
-    @field_validator("streams")
-    @classmethod
-    def _stream_names(cls, streams: dict[str, StreamSettings]) -> dict[str, StreamSettings]:
-        for name in streams:
-            if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
-                raise ValueError(f"stream name {name!r}: letters, digits, '-' and '_' only")
-        return streams
-
-    @property
-    def active(self) -> bool:
-        return self.enabled is not False and self.url is not None
-
-    @field_validator("url")
-    @classmethod
-    def _scheme(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None:
-            return value
-        for part in value.get_secret_value().split(","):
-            if not re.match(r"^(nats|tls|ws|wss)://[^\s/]+$", part.strip()):
-                raise ValueError("expected nats://host:port (comma-separated for a cluster, tls:// for TLS)")
-        return value
-
-    @model_validator(mode="after")
-    def _url_when_enabled(self) -> BrokerSettings:
-        if self.enabled and self.url is None:
-            raise ValueError("broker.enabled is true but broker.url is not set")
-        return self
-
-
-class AuditSettings(_Section):
-    """``[audit]``: audit events to the log and, when a broker is configured, to the broker."""
-
-    enabled: Bool = True
-    audit_auth_events: Bool = True
-    broker_subject_prefix: str = "bastion.audit"
-    broker_buffer: PositiveInt = 1000
-
-    @field_validator("broker_subject_prefix")
-    @classmethod
-    def _prefix(cls, value: str) -> str:
-        return check_subject(value, wildcards=False)
-
-
-DEFAULT_OTLP_ENDPOINT = "http://127.0.0.1:4318/v1/traces"
-
-
-class MetricsSettings(_Section):
-    """``[metrics]``: Prometheus metrics (docs/observability.md)."""
-
-    enabled: Bool = True
-    path: str = "/metrics"
-    public: Bool = True
-    """``true``: the main port answers ``path`` before token auth, rate limiting and policy. ``false``: it is
-    an ordinary route behind them (a policy must permit ``GET <path>``)."""
-    port: Annotated[int, Field(ge=1, le=65535)] | None = None
-    """Serve the metrics on this port of ``service.host`` instead of the main port (``bastion run``)."""
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, value: str) -> str:
-        if not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value) or "//" in value:
-            raise ValueError("expected an absolute path such as /metrics")
-        return value
-
-
-class TracingSettings(_Section):
-    """``[tracing]``: OpenTelemetry traces exported over OTLP/HTTP (docs/observability.md). Off unless
-    ``enabled = true`` or an ``endpoint`` is set (and no ``enabled = false``)."""
-
-    enabled: Bool | None = None
-    endpoint: str = DEFAULT_OTLP_ENDPOINT
-    """The collector's OTLP/HTTP traces URL (protobuf), e.g. ``http://otel-collector:4318/v1/traces``."""
-    sampling_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    """The share of new traces recorded; a caller's ``traceparent`` decides for the traces it starts."""
-    export_timeout_secs: PositiveDuration = 10.0
-
-    @property
-    def active(self) -> bool:
-        return self.enabled is True or (self.enabled is None and "endpoint" in self.model_fields_set)
-
-    @field_validator("endpoint")
-    @classmethod
-    def _endpoint(cls, value: str) -> str:
-        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s]*)?", value):
-            raise ValueError("expected an http:// or https:// URL such as http://127.0.0.1:4318/v1/traces")
-        return value
-
-
-class GrpcSettings(_Section):
+class GrpcSettings(Section):
     """``[grpc]``: gRPC on the main port (protocol detection) or a separate one."""
 
     enabled: Bool = False
@@ -589,7 +398,7 @@ class GrpcSettings(_Section):
     max_inbound_window_update_frames_per_data_frame_sent: Annotated[int, Field(ge=1)] = 10
 
 
-class Settings(_Section):
+class Settings(Section):
     """The whole configuration, one frozen object."""
 
     service: ServiceSettings = Field(default_factory=ServiceSettings)

@@ -162,7 +162,7 @@ class InboundFrames:
         self._mode = _Mode.PASS  # of the frame whose body is being read
         self._left = 0  # bytes of that body still to come
         self._header = b""  # a captured frame: its header and its body so far
-        self._body = bytearray()
+        self._payload = bytearray()
         self._block: int | None = None  # a field block awaits CONTINUATION frames: their mode
         self._block_stream = 0
         self._block_bytes = 0
@@ -181,7 +181,7 @@ class InboundFrames:
             if self._left:
                 size = min(self._left, end - pos)
                 if self._mode == _Mode.CAPTURE:
-                    self._body += data[pos : pos + size]
+                    self._payload += data[pos : pos + size]
                 pos += size
                 self._left -= size
                 if self._mode != _Mode.PASS:
@@ -216,7 +216,7 @@ class InboundFrames:
                 if mode == _Mode.OPEN:  # h2 has every frame before this one: it knows the streams open
                     mode = self._open(stream)
                 if mode == _Mode.CAPTURE:
-                    self._header, self._body = bytes(data[pos : pos + HEADER_BYTES]), bytearray()
+                    self._header, self._payload = bytes(data[pos : pos + HEADER_BYTES]), bytearray()
             if kind == HEADERS and not flags & END_HEADERS:
                 self._block, self._block_stream, self._block_bytes = mode, stream, length
             pos += HEADER_BYTES
@@ -318,7 +318,7 @@ class InboundFrames:
         block and refuse the stream it opened. ``False``: the connection has ended."""
         try:
             frame, _ = Frame.parse_frame_header(memoryview(self._header))
-            frame.parse_body(memoryview(self._body))
+            frame.parse_body(memoryview(self._payload))
         except HyperframeError as exc:
             self.sink.protocol_error(ErrorCodes.PROTOCOL_ERROR, f"a malformed frame: {exc}")
             return False

@@ -1,16 +1,13 @@
 """HPACK for Bastion's gRPC connections: a memo in front of the Huffman decoder, an encoder for the request id.
 
-**Decoding.** A memo in front of HPACK's Huffman decoder, for the long header values clients repeat on every call.
-
-gRPC clients (grpcio, nghttp2's h2load, Go's) send ``authorization`` as a literal that is never indexed, as
-RFC 7541 7.1.3 advises for credentials, so the server decodes the same ~700-byte bearer token on every call.
-The ``hpack`` package decodes Huffman in pure Python: about 96 us of the ~415 us a secured unary call cost
-(py-spy, ``python -m bench.profile 8 --row grpc-secured``), a quarter of it. Remembering the last few hundred
-decoded values of 16 bytes or more (up to 8 KiB each) makes a repeated token (or a `:path` that nghttp2
-clients never index) a dictionary lookup.
-
-``decode_huffman`` is a pure function of its input, so the memo returns exactly what the decoder would; input
-it cannot decode still raises (errors are not remembered). Memory is bounded: 512 entries of at most 8 KiB.
+**Decoding.** gRPC clients (grpcio, nghttp2's h2load, Go's) send ``authorization`` as a literal that is never
+indexed, as RFC 7541 7.1.3 advises for credentials, so the server decodes the same ~700-byte bearer token on every
+call, in pure Python (about a quarter of a secured unary call's cost; bench/README.md). Each connection decodes
+with ``bastion._compat.hpack.MemoDecoder``, which remembers the last few hundred decoded values of 16 bytes or more
+(up to 8 KiB each): a repeated token (or a ``:path`` that nghttp2 clients never index) is a dictionary lookup.
+Huffman decoding is a pure function of its input, so the memo returns exactly what the decoder would; input it
+cannot decode still raises. Only Bastion's own connections use it (``use_memo_decoder``); without the hook on the
+installed hpack they keep h2's decoder (``memo_decoder_unavailable`` is logged once).
 
 **Encoding.** Every answer carries a new ``x-request-id``. ``hpack``'s encoder would Huffman-encode each one in
 pure Python and add it to the connection's dynamic table, where it is never used again but pushes out the
@@ -21,37 +18,27 @@ a handful longer, the table keeps the headers that repeat, and no Huffman code r
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any
-
-from hpack import hpack as _hpack
+import structlog
+from h2.connection import H2Connection
 from hpack.hpack import INDEX_NONE, Encoder, encode_integer
 
-MIN_MEMO_BYTES = 16
-MAX_MEMO_BYTES = 8 * 1024
-MEMO_ENTRIES = 512
+from bastion._compat import hpack as hpack_compat
+
+log = structlog.get_logger("bastion.grpc")
 
 
-def memoized(decode: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
-    """``decode`` with values of MIN_MEMO_BYTES..MAX_MEMO_BYTES remembered (LRU, MEMO_ENTRIES)."""
-    remembered = functools.lru_cache(maxsize=MEMO_ENTRIES)(decode)
-
-    def decode_huffman(huffman_string: Any) -> bytes:
-        if huffman_string is None or not MIN_MEMO_BYTES <= len(huffman_string) <= MAX_MEMO_BYTES:
-            return decode(huffman_string)
-        return remembered(bytes(huffman_string))
-
-    decode_huffman.cache_info = remembered.cache_info  # type: ignore[attr-defined]
-    decode_huffman.wrapped = decode  # type: ignore[attr-defined]
-    return decode_huffman
+def memo_decoder_available() -> bool:
+    """Whether connections can decode through the memo (checked once, at the gRPC server's start); logs
+    ``memo_decoder_unavailable`` naming the hpack version when they cannot."""
+    if hpack_compat.supported():
+        return True
+    log.warning("memo_decoder_unavailable", hpack=hpack_compat.version(), verified=hpack_compat.VERIFIED)
+    return False
 
 
-def install() -> None:
-    """Put the memo in front of ``hpack``'s decoder (once per process; idempotent)."""
-    current = getattr(_hpack, "decode_huffman", None)
-    if current is not None and getattr(current, "wrapped", None) is None:
-        setattr(_hpack, "decode_huffman", memoized(current))  # noqa: B010  # the module's own name, replaced
+def use_memo_decoder(h2: H2Connection) -> None:
+    """Decode ``h2``'s header blocks through the memo (before its first header block)."""
+    hpack_compat.use_memo_decoder(h2)
 
 
 REQUEST_ID = b"x-request-id"

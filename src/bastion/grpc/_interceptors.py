@@ -24,9 +24,9 @@ from bastion._compat import grpclib as grpclib_compat
 from bastion._metrics import NO_METRICS, Metrics
 from bastion._parts import GrpcExtractor, GrpcFinish, Slot
 from bastion._pipeline import Step
+from bastion._request_ids import new_request_id, sane_request_id
+from bastion._task_deadline import TaskDeadline
 from bastion.errors import BastionError, TokenError
-from bastion.middleware._limits import TaskDeadline
-from bastion.middleware._request_id import new_request_id, sane_request_id
 from bastion.types import SCOPE_GRPC_RESOURCE, SCOPE_REQUEST_ID, Scope
 from bastion_core import running_loop
 

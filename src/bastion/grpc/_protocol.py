@@ -168,13 +168,15 @@ class _H2Protocol(H2Protocol):
       (grpclib closed without sending the one h2 prepared).
     - No stream for ``idle_timeout_secs``: GOAWAY NO_ERROR and close; with ``keepalive_interval_secs``, a PING
       each interval and a close when one is not answered within ``keepalive_timeout_secs``. One timer.
-    - HPACK answers through ``_hpack.ResponseEncoder``.
+    - HPACK answers through ``_hpack.ResponseEncoder``; with ``memo_decoder``, header blocks are decoded through
+      the Huffman memo (``_hpack.use_memo_decoder``).
 
-    ``limits`` and ``slot`` are set on the protocol before ``connection_made`` (by the server's factory and
-    the listener); the slot is released when the connection is lost.
+    ``limits``, ``memo_decoder`` and ``slot`` are set on the protocol before ``connection_made`` (by the server's
+    factory and the listener); the slot is released when the connection is lost.
     """
 
     limits: Http2Limits = DEFAULT_LIMITS
+    memo_decoder = False
     slot: Slot = UNCOUNTED
     closed = False
     """The connection is ending: what the client still sends is dropped (see ``_goaway``)."""
@@ -188,6 +190,8 @@ class _H2Protocol(H2Protocol):
         limits = self.limits
         h2 = self.h2 = grpclib_compat.h2_connection(self.connection)
         h2.encoder = _hpack.ResponseEncoder()
+        if self.memo_decoder:
+            _hpack.use_memo_decoder(h2)
         self.transport = cast(asyncio.Transport, transport)
         self.outbound = OutboundFrames(limits)
         self.writer = CoalescingTransport(self.transport, loop, self.outbound, self._outbound_limit)

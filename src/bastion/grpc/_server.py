@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
-import grpclib.utils as grpclib_utils
 import structlog
 from grpclib.events import RecvRequest, SendTrailingMetadata, listen
 from grpclib.health.check import ServiceCheck
@@ -22,21 +21,9 @@ from bastion.grpc._deadlines import CallHandler
 from bastion.grpc._interceptors import GrpcGuard
 from bastion.grpc._limits import DEFAULT_LIMITS, Http2Limits
 from bastion.grpc._protocol import _H2Protocol
-from bastion_core import running_loop
 
 READINESS_TTL_SECS = 1.0
 log = structlog.get_logger("bastion.grpc")
-
-
-def _current_task(loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task[Any] | None:
-    return asyncio.current_task(loop or running_loop())
-
-
-def _install_current_task() -> None:
-    """grpclib looks up the current task twice per call (its deadline wrapper); ``asyncio.current_task()``
-    costs a ``getpid()`` system call each time on Python 3.11 (see ``bastion_core.running_loop``). The same
-    answer, from the remembered loop. Idempotent."""
-    grpclib_utils._current_task = _current_task
 
 
 class GrpcServer:
@@ -56,8 +43,7 @@ class GrpcServer:
         ready: Callable[[], Awaitable[bool]],
         limits: Http2Limits = DEFAULT_LIMITS,
     ) -> None:
-        _hpack.install()  # the bearer token of every call is not Huffman-decoded again (see _hpack)
-        _install_current_task()
+        self.memo_decoder = _hpack.memo_decoder_available()  # a bearer token is not Huffman-decoded per call
         self.guard = guard
         self.limits = limits
         check = ServiceCheck(ready, check_ttl=READINESS_TTL_SECS, check_timeout=READINESS_TTL_SECS * 5)
@@ -70,10 +56,10 @@ class GrpcServer:
     def protocol_factory(self) -> asyncio.Protocol:
         """A grpclib HTTP/2 protocol for one sniffed connection (tracked for draining); the listener sets its
         ``slot`` before ``connection_made``."""
-        protocol = grpclib_compat.new_protocol(self.server)
-        protocol.__class__ = _H2Protocol  # grpclib builds it with its handler; the connection's code differs
-        protocol.handler.__class__ = CallHandler  # starts a call whose deadline already passed (see _deadlines)
-        cast(_H2Protocol, protocol).limits = self.limits
+        # CallHandler starts a call whose deadline already passed (see _deadlines)
+        protocol = grpclib_compat.new_protocol(self.server, protocol_class=_H2Protocol, handler_class=CallHandler)
+        protocol.limits = self.limits
+        protocol.memo_decoder = self.memo_decoder
         return protocol
 
     async def start(

@@ -139,25 +139,53 @@ async def send_error(send: Send, error: BastionError, scope: Scope) -> None:
     await send_response(send, status, headers, body, websocket=websocket)
 
 
-class TrackedSend:
-    """``send`` that remembers whether the response (or WebSocket handshake answer) has started.
+class ResponseStarted:
+    """Whether the response (or the WebSocket handshake answer) has started, and whether a WebSocket was
+    accepted: after the start no error can be rendered. One per request (see :func:`response_started`)."""
 
-    After that no error can be rendered.
-    """
+    __slots__ = ("accepted", "started")
 
-    __slots__ = ("accepted", "send", "started")
-
-    def __init__(self, send: Send) -> None:
-        self.send = send
+    def __init__(self) -> None:
         self.started = False
         self.accepted = False
+
+
+class _TrackingSend:
+    """``send`` that records the start of the response in the request's :class:`ResponseStarted`."""
+
+    __slots__ = ("response", "send")
+
+    def __init__(self, send: Send, response: ResponseStarted) -> None:
+        self.send = send
+        self.response = response
 
     async def __call__(self, message: Message) -> None:
         kind = message["type"]
         if kind in _STARTED:
-            self.started = True
-            self.accepted = self.accepted or kind == "websocket.accept"
+            self.response.started = True
+            if kind == "websocket.accept":
+                self.response.accepted = True
         await self.send(message)
+
+
+_RESPONSE_STARTED = "bastion.response_started"  # the request's ResponseStarted
+
+
+def response_started(scope: Scope, send: Send) -> tuple[ResponseStarted, Send]:
+    """The request's :class:`ResponseStarted`, and the ``send`` to pass inward.
+
+    The outermost layer that asks (panic recovery, in the pipeline) puts the record in the scope and wraps its
+    ``send`` to keep it; a layer further in (error rendering, the timeout) reads the same record and passes its
+    ``send`` on unwrapped: one wrapper per request instead of one per layer. That holds because every message a
+    layer further in sends reaches the wrapper: no step between them holds a response start back or starts one
+    of its own while calling inward (compression, which holds the start back, sits inside all three). The scope
+    holds the record, not the wrapper, so no reference cycle keeps a finished request's scope alive.
+    """
+    response: ResponseStarted | None = scope.get(_RESPONSE_STARTED)
+    if response is None:
+        response = scope[_RESPONSE_STARTED] = ResponseStarted()
+        return response, _TrackingSend(send, response)
+    return response, send
 
 
 class ErrorRenderingMiddleware:
@@ -180,34 +208,34 @@ class ErrorRenderingMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        tracked = TrackedSend(send)
+        response, inward = response_started(scope, send)
         try:
-            await self.app(scope, receive, tracked)
+            await self.app(scope, receive, inward)
         except ClientDisconnect:
             log.info("client_disconnected", path=scope["path"])
         except Exception as exc:
             error = _logged_error(exc, scope)
-            if tracked.started:
+            if response.started:
                 # Headers are on the wire: nothing to render; the server closes the broken response.
                 log.warning("error_after_response_started", path=scope["path"], code=error.code)
                 return
             await send_error(send, error, scope)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tracked = TrackedSend(send)
+        response, inward = response_started(scope, send)
         try:
-            await self.app(scope, receive, tracked)
+            await self.app(scope, receive, inward)
         except WebSocketDisconnect:
             log.info("client_disconnected", path=scope["path"])
         except WebSocketException as exc:
-            if not tracked.started or tracked.accepted:
+            if not response.started or response.accepted:
                 with contextlib.suppress(Exception):  # the client may be gone already
                     await send({"type": "websocket.close", "code": exc.code, "reason": exc.reason or ""})
         except Exception as exc:
             error = _logged_error(exc, scope)
-            if not tracked.started:
+            if not response.started:
                 await send_error(send, error, scope)
-            elif tracked.accepted:
+            elif response.accepted:
                 with contextlib.suppress(Exception):
                     await send({"type": "websocket.close", "code": WS_INTERNAL_ERROR})
 
@@ -233,10 +261,10 @@ class PanicRecoveryMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        tracked = TrackedSend(send)
+        response, inward = response_started(scope, send)
         try:
-            await self.app(scope, receive, tracked)
+            await self.app(scope, receive, inward)
         except Exception as exc:
             log.error("panic_recovered", path=scope["path"], exc_info=exc)
-            if not tracked.started:
+            if not response.started:
                 await send_error(send, BastionError(), scope)

@@ -4,12 +4,12 @@ body size (413) and on the nesting depth of a JSON body (400)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from starlette.exceptions import HTTPException
 
+from bastion._task_deadline import TaskDeadline
 from bastion.errors import BadRequest, GatewayTimeout, JsonTooDeep, PayloadTooLarge, RequestTimeout
-from bastion.middleware._errors import TrackedSend
+from bastion.middleware._errors import response_started
 from bastion.middleware._json_depth import JsonDepthGauge
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 from bastion_core import running_loop
@@ -33,7 +33,7 @@ class TimeoutMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        tracked = TrackedSend(send)
+        response, inward = response_started(scope, send)
         loop = running_loop()
         task = asyncio.current_task(loop)
         assert task is not None
@@ -42,7 +42,7 @@ class TimeoutMiddleware:
         scope[_BODY_WAIT] = body
         timer = loop.call_at(loop.time() + self.timeout_secs, deadline.expire)
         try:
-            await self.app(scope, body, tracked)
+            await self.app(scope, body, inward)
         except asyncio.CancelledError:
             # Ours (not a cancellation from outside, which keeps its CancelledError): the deadline passed.
             if not deadline.expired:
@@ -50,7 +50,7 @@ class TimeoutMiddleware:
             deadline.expired = False
             if task.uncancel() > deadline.cancelling:
                 raise
-            if tracked.started:
+            if response.started:
                 raise TimeoutError from None
             if stalled_on_body(scope):
                 # The listener closes the connection after this answer: the body never finished arriving.
@@ -98,23 +98,6 @@ class _BodyWait:
         if message["type"] == "http.request" and not message.get("more_body", False):
             self.complete = True
         return message
-
-
-class TaskDeadline:
-    """A deadline that cancels ``task`` once (``expire``, from a loop timer) and says so (``expired``), keeping
-    the task's cancel count from before, so the catcher can tell its own cancellation from another's (the
-    request timeout here, a gRPC request message's in ``bastion.grpc``)."""
-
-    __slots__ = ("cancelling", "expired", "task")
-
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self.task = task
-        self.cancelling = task.cancelling()
-        self.expired = False
-
-    def expire(self) -> None:
-        self.expired = True
-        self.task.cancel()
 
 
 def _body_too_large(limit: int) -> HTTPException:

@@ -22,7 +22,9 @@ replayed), so a 422 or 400 is FastAPI's own, byte for byte; the endpoint has not
 (tests/bastion/routing/test_compiled.py) runs both paths over the example's routes and a set of awkward
 signatures and compares status, headers and body. ``service.compiled_handlers = false`` turns this off.
 
-FastAPI is pinned (pyproject.toml): this module reads its route context and calls a few of its helpers.
+The FastAPI and Starlette internals this module reads are named in ``bastion._compat.fastapi`` and
+``bastion._compat.starlette``; on a version without them, compiling is off (one ``compiled_handlers_unavailable``
+line at start-up) and FastAPI's handler serves every route.
 """
 
 from __future__ import annotations
@@ -35,27 +37,13 @@ from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from fastapi import params
-from fastapi._body_limit import get_body_limit_error
-from fastapi._compat import ModelField
-from fastapi._compat.shared import field_annotation_is_sequence
 from fastapi.datastructures import DefaultPlaceholder
-from fastapi.dependencies.models import (
-    Dependant,
-    _is_async_gen_callable,
-    _is_coroutine_callable,
-    _is_gen_callable,
-)
-from fastapi.dependencies.utils import (
-    _get_form_models,
-    _get_param_aliases,
-    _get_param_model,
-    _is_json_field,
-    _should_embed_body_fields,
-)
+from fastapi.dependencies.models import Dependant
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import ResponseValidationError
-from fastapi.routing import APIRoute, _extract_endpoint_context
+from fastapi.routing import APIRoute
 from fastapi.utils import is_body_allowed_for_status_code
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -65,7 +53,12 @@ from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bastion._compat import fastapi as fastapi_compat
+from bastion._compat import starlette as starlette_compat
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
+
+ModelField = Any  # FastAPI's field class; its module is private, so it is named only in bastion._compat.fastapi
+log = structlog.get_logger("bastion.routing")
 
 _IMMUTABLE_DEFAULTS = (type(None), bool, int, float, str, bytes)
 _FASTAPI_SCOPE, _EFFECTIVE_ROUTE_CONTEXT = "fastapi", "effective_route_context"
@@ -101,15 +94,15 @@ class _Inline:
 
 
 def _param(field: ModelField) -> _Param | None:
-    if _get_param_model(field) is not None or _is_json_field(field):
+    if fastapi_compat.param_model(field) is not None or fastapi_compat.is_json_field(field):
         return None
-    if field_annotation_is_sequence(field.field_info.annotation):
+    if fastapi_compat.is_sequence_annotation(field.field_info.annotation):
         return None
-    aliases = _get_param_aliases(field)
+    aliases = fastapi_compat.param_aliases(field)
     if len(aliases) != 1:
         return None
     key = aliases[0][1]
-    adapter = field._type_adapter
+    adapter = fastapi_compat.type_adapter(field)
     validate = functools.partial(adapter.validate_python, from_attributes=True)
     info = field.field_info
     if info.is_required():
@@ -194,14 +187,14 @@ class CompiledHandler:
         self.context = context
         self.fallback = fallback
         self.call = dependant.call
-        self.is_coroutine = _is_coroutine_callable(dependant.call)
+        self.is_coroutine = fastapi_compat.is_coroutine_callable(dependant.call)
         self.inline = inline
-        self.path_params = [param for param in params if param.field.field_info.in_.value == "path"]  # type: ignore[attr-defined]
-        self.query_params = [param for param in params if param.field.field_info.in_.value == "query"]  # type: ignore[attr-defined]
+        self.path_params = [param for param in params if param.field.field_info.in_.value == "path"]
+        self.query_params = [param for param in params if param.field.field_info.in_.value == "query"]
         self.body_field: ModelField | None = context.body_field
         self.body_name = self.body_field.name if self.body_field is not None else ""
         self.body_validate = (
-            functools.partial(self.body_field._type_adapter.validate_python, from_attributes=True)
+            functools.partial(fastapi_compat.type_adapter(self.body_field).validate_python, from_attributes=True)
             if self.body_field is not None
             else None
         )
@@ -249,12 +242,13 @@ class CompiledHandler:
             assert request is not None
             body = await self._read_body(request)
             if body is _Fallback:
-                await self.fallback(scope, _replay(request._body, receive), send)
+                await self.fallback(scope, _replay(starlette_compat.body_read(request) or b"", receive), send)
                 return
         try:
             values = self._values(scope, request, body)
         except (_Fallback, ValidationError):
-            replay = receive if request is None or not hasattr(request, "_body") else _replay(request._body, receive)
+            read = None if request is None else starlette_compat.body_read(request)
+            replay = receive if read is None else _replay(read, receive)
             await self.fallback(scope, replay, send)
             return
         if self.is_coroutine:
@@ -284,7 +278,7 @@ class CompiledHandler:
         except HTTPException:
             raise
         except Exception as exc:  # what FastAPI's handler answers when reading the body fails
-            if MAX_BODY_SIZE_SCOPE_KEY in request.scope and (error := get_body_limit_error(exc)):
+            if MAX_BODY_SIZE_SCOPE_KEY in request.scope and (error := fastapi_compat.body_limit_error(exc)):
                 raise error from exc
             raise HTTPException(status_code=400, detail="There was an error parsing the body") from exc
         if not body_bytes:
@@ -297,7 +291,7 @@ class CompiledHandler:
             parsed = json.loads(body_bytes)
         except (ValueError, RecursionError):  # not JSON, not UTF-8/16/32, or nested too deep: FastAPI's 400
             return _Fallback
-        request._json = parsed  # what request.json() would have cached
+        starlette_compat.remember_json(request, parsed)  # what request.json() would have cached
         return parsed
 
     def _values(self, scope: Scope, request: Request | None, body: Any) -> dict[str, Any]:
@@ -350,7 +344,8 @@ class CompiledHandler:
     def _json_body(self, value: Any) -> bytes:
         field = self.response_field
         assert field is not None
-        return field.serialize_json(value, **self.serialize_options)
+        body: bytes = field.serialize_json(value, **self.serialize_options)
+        return body
 
     def _response(self, value: Any) -> Response:
         """The response FastAPI builds with the route's response class (no response model, or a custom class);
@@ -363,7 +358,7 @@ class CompiledHandler:
         return response
 
     def _endpoint_context(self, scope: Scope) -> Any:
-        context = _extract_endpoint_context(self.call)
+        context = fastapi_compat.endpoint_context(self.call)
         path = self.context.dependant.path
         if path:
             mount = scope.get("root_path", "").rstrip("/")
@@ -385,9 +380,28 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+@functools.cache
+def available() -> bool:
+    """Whether the installed FastAPI and Starlette have the internals the compiled handlers read (checked once per
+    process); when they do not, logs ``compiled_handlers_unavailable`` naming the versions."""
+    if fastapi_compat.supported() and starlette_compat.supported():
+        return True
+    log.warning(
+        "compiled_handlers_unavailable",
+        fastapi=fastapi_compat.version(),
+        starlette=starlette_compat.version(),
+        missing=fastapi_compat.missing(),
+        verified=[fastapi_compat.VERIFIED, starlette_compat.VERIFIED],
+    )
+    return False
+
+
 def compile_route(context: Any, fallback: ASGIApp, *, inline: Collection[Callable[..., Any]]) -> ASGIApp | None:
     """A :class:`CompiledHandler` for the FastAPI route ``context`` (its effective route context), or ``None``
-    when its shape is not one the compiled path serves exactly as FastAPI."""
+    when its shape is not one the compiled path serves exactly as FastAPI, or compiling is unavailable on the
+    installed FastAPI (:func:`available`)."""
+    if not available():
+        return None
     route = context.original_route
     dependant: Dependant | None = context.dependant
     if not isinstance(route, APIRoute) or dependant is None or dependant.call is None:
@@ -396,7 +410,7 @@ def compile_route(context: Any, fallback: ASGIApp, *, inline: Collection[Callabl
         return None
     if context.max_body_size is not None:
         return None
-    if _is_gen_callable(dependant.call) or _is_async_gen_callable(dependant.call):
+    if fastapi_compat.is_generator_callable(dependant.call):
         return None
     if dependant.header_params or dependant.cookie_params:
         return None
@@ -418,9 +432,9 @@ def compile_route(context: Any, fallback: ASGIApp, *, inline: Collection[Callabl
         body_field = context.body_field
         if (
             len(body_fields) != 1
-            or context._embed_body_fields
-            or _should_embed_body_fields(body_fields)
-            or _get_form_models(body_fields[0])
+            or fastapi_compat.embeds_body_fields(context)
+            or fastapi_compat.should_embed_body_fields(body_fields)
+            or fastapi_compat.form_models(body_fields[0])
             or body_field is None
             or body_field.name != body_fields[0].name
             or not _is_plain_body(body_field)

@@ -12,6 +12,7 @@ from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from fastapi.routing import APIRoute, APIWebSocketRoute, RouteContext, iter_route_contexts
 from starlette.routing import WebSocketRoute, compile_path
 
+from bastion._compat import fastapi as fastapi_compat
 from bastion.routing._compiled import compile_route
 from bastion.types import SCOPE_ROUTE, ASGIApp, Receive, Scope, Send
 
@@ -54,11 +55,11 @@ class RouteEntry:
 def _direct_handler(context: RouteContext) -> ASGIApp | None:
     """Call a FastAPI route's handler directly, skipping FastAPI's second walk through the routers.
 
-    Does what FastAPI's included router does once it has matched (FastAPI is pinned for this): record the
+    Does what FastAPI's included router does once it has matched (``bastion._compat.fastapi``): record the
     effective route context and the route in the scope, then run the route's app inside FastAPI's exit
     stack. ``None`` for anything that is not a plain APIRoute (the FastAPI router then dispatches it).
     """
-    effective = getattr(context, "_route_context", None)
+    effective = fastapi_compat.route_context(context)
     if effective is None or not isinstance(effective.original_route, APIRoute) or effective.app is None:
         return None
     route, app, endpoint = effective.original_route, effective.app, effective.endpoint
@@ -128,7 +129,7 @@ class RouteTable:
                 continue
             methods = context.methods
             handler = _direct_handler(context)
-            effective = getattr(context, "_route_context", None)
+            effective = fastapi_compat.route_context(context)
             if handler is not None and compile_with is not None and effective is not None:
                 handler = compile_route(effective, handler, inline=compile_with) or handler
             entries.append(

@@ -1,6 +1,7 @@
 """One SMTP connection: aiosmtpd's protocol subclassed for the spec's exact replies.
 
-aiosmtpd keeps the transport plumbing (stream reader, STARTTLS transport switch, address parsing);
+aiosmtpd keeps the transport plumbing (stream reader, idle timer, STARTTLS transport switch), reached through
+``_compat.SmtpTransport``;
 the command loop, every command handler and the DATA phase are ours, because their reply texts
 and several behaviours differ from the spec (a second STARTTLS breaks stock aiosmtpd's connection).
 """
@@ -8,14 +9,13 @@ and several behaviours differ from the spec (a second STARTTLS breaks stock aios
 from __future__ import annotations
 
 import asyncio
-import asyncio.sslproto as sslproto
 import ssl
 from collections.abc import Awaitable, Callable
 
 import structlog
-from aiosmtpd.smtp import SMTP
 
 from mailrelay.smtp import _replies as r
+from mailrelay.smtp._compat import SmtpTransport
 from mailrelay.smtp._data import DOT_STUFFED_LINE_OCTETS, read_message
 from mailrelay.smtp._hub import ConnectionHub
 from mailrelay.smtp._paths import check_mail_parameters, parse_path, printable_domain, strip_keyword
@@ -39,7 +39,7 @@ MAX_BAD_COMMANDS = 10  # unrecognized or malformed commands before the connectio
 log = structlog.get_logger("mailrelay.smtp")
 
 
-class RelaySMTP(SMTP):
+class RelaySMTP(SmtpTransport):
     """One SMTP connection. Replies come from `mailrelay.smtp._replies`; each command is a small
     method in `self._commands`; state changes go through `Session.apply` (the state table)."""
 
@@ -97,7 +97,7 @@ class RelaySMTP(SMTP):
         return self._delivering or self.relay_session.state is SmtpState.DATA
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        tls_switch = self._original_transport is not None and self.transport is not None
+        tls_switch = self.plain_transport is not None and self.transport is not None
         super().connection_made(transport)
         if tls_switch:
             # RFC 3207 4.2: forget everything learnt before TLS; the client must EHLO again
@@ -117,9 +117,9 @@ class RelaySMTP(SMTP):
         """The client closed its sending side. Stock aiosmtpd cancels the session here, which drops
         the replies to commands already received (even the 250 of a message it goes on to deliver);
         instead the reader sees EOF after the buffered commands, and they are all answered."""
-        self._reader.feed_eof()
+        self.reader.feed_eof()
         # a plain transport stays open so the replies can be written; TLS cannot half-close
-        return self._tls_protocol is None
+        return not self.tls_active
 
     def connection_lost(self, error: Exception | None) -> None:
         if self._lost:
@@ -141,13 +141,13 @@ class RelaySMTP(SMTP):
     def _touch(self) -> None:
         self._last_activity = self.loop.time()
 
-    def _timeout_cb(self) -> None:
+    def on_idle_timeout(self) -> None:
         if self._delivering:  # the client is waiting for us, not idle
-            self._reset_timeout()
+            self.restart_idle_timer()
             return
-        remaining = self._last_activity + self._timeout_duration - self.loop.time()
+        remaining = self._last_activity + self.idle_timeout - self.loop.time()
         if self.relay_session.state is SmtpState.DATA and remaining > 0:
-            self._reset_timeout(remaining)
+            self.restart_idle_timer(remaining)
             return
         log.info("smtp_idle_timeout", peer=self.relay_session.peer_ip)
         self.close_with(r.IDLE_TIMEOUT)
@@ -156,19 +156,20 @@ class RelaySMTP(SMTP):
         await self.push(str(reply))
 
     async def _push_lines(self, lines: list[str]) -> None:
-        self._writer.write("".join(f"{line}\r\n" for line in lines).encode("utf-8"))
-        await self._writer.drain()
+        self.writer.write("".join(f"{line}\r\n" for line in lines).encode("utf-8"))
+        await self.writer.drain()
 
     def _close(self) -> None:
         if self.transport is not None:
             self.transport.close()
-        if self._original_transport is not None:
+        plain = self.plain_transport
+        if plain is not None:
             # A TLS close waits for the client's close_notify (up to 30 s), which an idle or hostile
             # client never sends; the reply and our close_notify are already queued on the socket
             # below, so close it too: the session (and its per-IP slot) ends now, not 30 s later.
-            self._original_transport.close()
+            plain.close()
 
-    async def _handle_client(self) -> None:
+    async def serve_commands(self) -> None:
         session = self.relay_session
         refusal = self.hub.admit(self, session.peer_ip)
         if refusal is not None:
@@ -190,7 +191,7 @@ class RelaySMTP(SMTP):
                     await self._bad_command(r.COMMAND_TOO_LONG)
                     continue
                 try:
-                    await self._dispatch(line)
+                    await self._run_command(line)
                 except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
                     raise
                 except Exception:  # a bug must cost one command, not the session or the process
@@ -206,18 +207,18 @@ class RelaySMTP(SMTP):
     async def _read_command_line(self) -> bytes | None:
         """One command line without its line ending; None when it was longer than the stream limit."""
         try:
-            line = await self._reader.readuntil()
+            line = await self.reader.readuntil()
         except asyncio.LimitOverrunError as exc:
-            await self._reader.read(exc.consumed)
+            await self.reader.read(exc.consumed)
             while True:  # discard the rest of the over-long line
                 try:
-                    await self._reader.readuntil()
+                    await self.reader.readuntil()
                     return None
                 except asyncio.LimitOverrunError as more:
-                    await self._reader.read(more.consumed)
+                    await self.reader.read(more.consumed)
         return line.rstrip(b"\r\n")
 
-    async def _dispatch(self, line: bytes) -> None:
+    async def _run_command(self, line: bytes) -> None:
         verb_bytes, _, arg_bytes = line.partition(b" ")
         try:
             verb = verb_bytes.decode("ascii").upper()
@@ -234,7 +235,7 @@ class RelaySMTP(SMTP):
             return
         arg_bytes = arg_bytes.strip()
         arg = arg_bytes.decode("utf-8", "surrogateescape") if arg_bytes else None
-        self._reset_timeout()
+        self.restart_idle_timer()
         allowed = ALLOWED_STATES.get(verb)
         if verb != "STARTTLS" and allowed is not None and self.relay_session.state not in allowed:
             await self._push(r.BAD_SEQUENCE)
@@ -256,7 +257,7 @@ class RelaySMTP(SMTP):
         session.extended = True
         session.new_envelope()
         session.apply(Event.HELLO)
-        offer_tls = self.tls_context is not None and self._tls_protocol is None
+        offer_tls = self.tls_context is not None and not self.tls_active
         await self._push_lines(
             r.ehlo_lines(domain=domain, size_limit=self.options.max_message_size, offer_starttls=offer_tls)
         )
@@ -271,7 +272,7 @@ class RelaySMTP(SMTP):
 
     async def _starttls(self, arg: str | None) -> None:
         # "TLS already active" wins over the state check: the spec's row applies in any state
-        if self._tls_protocol is not None:
+        if self.tls_active:
             await self._push(r.STARTTLS_ALREADY_ACTIVE)
             return
         if self.relay_session.state is not SmtpState.GREETED:
@@ -284,22 +285,17 @@ class RelaySMTP(SMTP):
             await self._push(r.TLS_NOT_AVAILABLE)
             return
         await self._push(r.STARTTLS_GO_AHEAD)
-        # The handshake below mirrors aiosmtpd's smtp_STARTTLS: wrap the raw transport in an
-        # SSLProtocol whose app side is this protocol; connection_made() runs again once it is up.
-        waiter = self.loop.create_future()
-        self._tls_protocol = sslproto.SSLProtocol(self.loop, self, self.tls_context, waiter, server_side=True)
-        self._original_transport = self.transport
-        assert self._original_transport is not None
-        self._original_transport.set_protocol(self._tls_protocol)
-        self.transport = self._tls_protocol._app_transport
-        self._tls_protocol.connection_made(self._original_transport)
+        # connection_made() runs again once the handshake is done
+        waiter = self.start_tls(self.tls_context)
         try:
             await waiter
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.info("smtp_tls_handshake_failed", peer=self.relay_session.peer_ip, error=type(exc).__name__)
-            self._original_transport.close()
+            plain = self.plain_transport
+            assert plain is not None
+            plain.close()
             self.connection_lost(exc)
 
     async def _mail(self, arg: str | None) -> None:
@@ -377,7 +373,7 @@ class RelaySMTP(SMTP):
             return
         session.apply(Event.DATA_STARTED)
         await self._push(r.START_MAIL_INPUT)
-        content = await read_message(self._reader, max_size=self.options.max_message_size, on_line=self._touch)
+        content = await read_message(self.reader, max_size=self.options.max_message_size, on_line=self._touch)
         envelope = session.envelope
         session.new_envelope()
         if isinstance(content, Reply):

@@ -1,5 +1,13 @@
 """What ``bastion._compat.grpclib`` assumes of grpclib's internals, checked on the installed version (verified on
-grpclib 0.4.9, h2 4.4.1): an upgrade that changes one fails here, by name."""
+grpclib 0.4.9, h2 4.4.1): an upgrade that changes one fails here, by name.
+
+Assumptions (each listed with its meaning in ``bastion/_compat/grpclib.py``): ``Connection._connection``,
+``Connection._transport``, ``Server._protocol_factory`` (and a protocol and handler whose class can be replaced by
+a subclass), ``Server._handlers``, ``Stream._stream`` (``recv_data``: exact size, ``b""`` at a clean end,
+AssertionError at a short one), ``Stream._cardinality``, ``Stream._codec``, ``Stream._recv_type``,
+``Stream._dispatch``, ``Stream._messages_received``, ``Stream._send_initial_metadata_done``,
+``Stream._content_type``.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +21,11 @@ from grpclib.encoding.proto import ProtoCodec
 from grpclib.events import _DispatchServerEvents
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from grpclib.protocol import Buffer, Connection, H2Protocol
-from grpclib.server import Server, Stream
+from grpclib.server import Handler, Server, Stream
 from h2.connection import H2Connection
 
 from bastion._compat import grpclib as grpclib_compat
+from bastion.errors import ConfigError
 
 
 class Transport(asyncio.Transport):
@@ -37,15 +46,35 @@ class Transport(asyncio.Transport):
         return default
 
 
+class Protocol(H2Protocol):
+    marker = "ours"
+
+
+class CallHandler(Handler):
+    marker = "ours"
+
+
 async def test_a_server_builds_a_protocol_per_connection_and_tracks_its_handler() -> None:
+    """The protocol and its handler come out as our subclasses, the handler tracked by the server (for draining)."""
     server = Server([])
-    protocol = grpclib_compat.new_protocol(server)
-    assert isinstance(protocol, H2Protocol)
+    protocol = grpclib_compat.new_protocol(server, protocol_class=Protocol, handler_class=CallHandler)
+    assert type(protocol) is Protocol and type(protocol.handler) is CallHandler
     assert list(grpclib_compat.handlers(server)) == [protocol.handler]
 
 
+def test_every_assumed_internal_is_there() -> None:
+    assert grpclib_compat.missing() == []
+    grpclib_compat.check()
+
+
+def test_start_up_refuses_when_an_internal_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(grpclib_compat, "missing", lambda: ["grpclib.server.Server._protocol_factory"])
+    with pytest.raises(ConfigError, match=r"lacks .*Server._protocol_factory.*; supported: grpclib 0\.4\.9$"):
+        grpclib_compat.check()
+
+
 async def test_a_connection_holds_its_h2_state_machine_and_writes_through_its_transport() -> None:
-    protocol = grpclib_compat.new_protocol(Server([]))
+    protocol = grpclib_compat.new_protocol(Server([]), protocol_class=H2Protocol)
     first = Transport()
     protocol.connection_made(first)
     connection = protocol.connection

@@ -2,21 +2,36 @@
 
 Verified on uvicorn 0.54.0 (pinned in pyproject.toml). The listener subclasses uvicorn's httptools and
 websockets-sansio protocols; an upgrade that changes one of these behaviours fails here, by name.
+
+Assumptions (the private ones are named in ``bastion/_compat/uvicorn.py``): ``HttpToolsProtocol``'s
+``_unset_keepalive_if_required``, ``_should_upgrade`` and ``_unsupported_upgrade_warning``; a
+``RequestResponseCycle`` whose class is replaced before its task runs; ``uvicorn.Server._captured_signals``; and
+the public attributes the listener reads: the pipeline queue (``appendleft``, reading paused), resume before the
+next request, the body high-water mark, ``on_header``, ``connection_lost`` marking only the last request, the
+cycle's and flow control's attributes, the WebSocket upgrade and message assembly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import subprocess
+import sys
 from collections import deque
 from typing import Any
 
+import pytest
 import uvicorn
 from uvicorn.config import Config
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
-from uvicorn.server import ServerState
+from uvicorn.server import Server, ServerState
+
+from bastion._compat import uvicorn as uvicorn_compat
+from bastion.errors import ConfigError
+from tests.conftest import REPO
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
 
@@ -165,3 +180,102 @@ def test_the_websocket_protocol_assembles_messages_where_the_listener_checks_the
     for name in ("self.frames", "self.curr_msg_data_type", "self.close_sent", "self.conn.send_close(1007)"):
         assert name in source, name
     assert callable(WebSocketsSansIOProtocol.handle_parser_exception)
+
+
+def test_every_hook_the_listener_needs_is_there() -> None:
+    assert uvicorn_compat.missing() == []
+    uvicorn_compat.check()
+
+
+def test_start_up_refuses_when_a_hook_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(uvicorn_compat, "missing", lambda: ["HttpToolsProtocol._should_upgrade"])
+    with pytest.raises(ConfigError, match=r"lacks .*_should_upgrade.*; supported: uvicorn 0\.54\.0$"):
+        uvicorn_compat.check()
+
+
+async def test_a_keepalive_timer_is_cancelled_by_unset_keepalive() -> None:
+    protocol, _ = http_protocol(answers)
+    protocol.data_received(REQUEST)
+    await asyncio.wait_for(asyncio.gather(*protocol.tasks), timeout=5)
+    assert protocol.timeout_keep_alive_task is not None  # armed once the response completed
+    uvicorn_compat.unset_keepalive(protocol)
+    assert protocol.timeout_keep_alive_task is None
+
+
+async def test_should_upgrade_tells_a_websocket_upgrade() -> None:
+    protocol, _ = http_protocol()
+    protocol.on_message_begin()
+    protocol.on_header(b"Upgrade", b"websocket")
+    protocol.on_header(b"Connection", b"Upgrade")
+    assert uvicorn_compat.should_upgrade(protocol)
+    plain, _ = http_protocol()
+    plain.on_message_begin()
+    plain.on_header(b"Upgrade", b"h2c")
+    assert not uvicorn_compat.should_upgrade(plain)
+    uvicorn_compat.warn_unsupported_upgrade(plain)  # callable without arguments
+
+
+class Cycle(RequestResponseCycle):
+    marker = "ours"
+
+
+async def test_a_cycle_adopts_a_subclass_before_its_task_runs() -> None:
+    protocol, _ = http_protocol()
+    protocol.data_received(REQUEST)
+    cycle = uvicorn_compat.adopt_cycle(protocol.cycle, Cycle)
+    assert type(protocol.cycle) is Cycle and cycle is protocol.cycle
+    await cancel_tasks(protocol)
+
+
+def test_captured_signals_are_forgotten() -> None:
+    server = Server(Config(never_answers, lifespan="off", log_config=None))
+    server.handle_exit(2, None)  # what a SIGINT does
+    assert server._captured_signals == [2]
+    uvicorn_compat.forget_captured_signals(server)
+    assert server._captured_signals == []
+
+
+async def answers(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+REFUSING = """
+import sys
+from bastion._compat import {module} as compat
+compat.missing = lambda: ["{hook}"]  # our compat module's probe: the library itself is untouched
+from bastion._cli import main
+sys.exit(main(["run", "examples.documents_api:service", "--port", "0"]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "hook", "line"),
+    [
+        pytest.param(
+            "uvicorn",
+            "HttpToolsProtocol._should_upgrade",
+            "error: uvicorn 0.54.0 lacks what Bastion's listener limits rely on (HttpToolsProtocol._should_upgrade); "
+            "supported: uvicorn 0.54.0\n",
+            id="uvicorn",
+        ),
+        pytest.param(
+            "grpclib",
+            "grpclib.server.Server._protocol_factory",
+            "error: grpclib 0.4.9 lacks what Bastion's gRPC limits rely on (grpclib.server.Server._protocol_factory); "
+            "supported: grpclib 0.4.9\n",
+            id="grpclib",
+        ),
+    ],
+)
+def test_bastion_run_refuses_to_start_in_one_line_without_a_hook(module: str, hook: str, line: str) -> None:
+    """The listener's and the gRPC limits are a security boundary: no serving without them."""
+    result = subprocess.run(
+        [sys.executable, "-c", REFUSING.format(module=module, hook=hook)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SERVICE_TOKEN_ENABLED": "false", "SERVICE_GRPC_ENABLED": "true"},
+    )
+    assert (result.returncode, result.stderr) == (2, line)

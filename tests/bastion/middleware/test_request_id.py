@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from bastion import Service
-from bastion.middleware._request_id import new_request_id
+from bastion._request_ids import new_request_id
 
 
 def service() -> Service:

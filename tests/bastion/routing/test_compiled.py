@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 import httpx
 import pytest
+import structlog
 from fastapi import APIRouter, Body, Depends, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,7 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from bastion import NotFound, Service, load_settings
 from bastion._app import INLINE_DEPENDENCIES, BastionApp
 from bastion._claims import Claims, current_claims, optional_claims
+from bastion._compat import fastapi as fastapi_compat
+from bastion._compat import starlette as starlette_compat
 from bastion.broker import Broker, optional_broker
+from bastion.routing import _compiled as compiled_module
 from bastion.routing._compiled import CompiledHandler
 from bastion.routing._resolve import RouteTable
 from bastion.testing import TokenMinter
@@ -471,6 +475,38 @@ async def test_dependency_overrides_in_force_send_the_request_to_fastapi() -> No
 async def test_the_setting_turns_the_compiled_path_off(tmp_path: Path) -> None:
     app = example_service().build(settings(tmp_path, compiled=False))
     assert not any(isinstance(entry.handler, CompiledHandler) for entry in app.routes.entries)
+    await app.aclose()
+
+
+@pytest.mark.parametrize("compat", [fastapi_compat, starlette_compat], ids=["fastapi", "starlette"])
+async def test_without_the_internals_compiling_switches_off_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compat: Any
+) -> None:
+    """A FastAPI or Starlette without a hook the compiled handlers read: FastAPI's handler serves every route (the
+    same answers), and one ``compiled_handlers_unavailable`` line names the versions."""
+    monkeypatch.setattr(compat, "supported", lambda: False)
+    compiled_module.available.cache_clear()
+    try:
+        with structlog.testing.capture_logs() as logs:
+            app = example_service().build(settings(tmp_path, compiled=True))
+        unavailable = [log for log in logs if log["event"] == "compiled_handlers_unavailable"]
+        assert len(unavailable) == 1
+        assert unavailable[0]["fastapi"] == fastapi_compat.version()
+        assert unavailable[0]["log_level"] == "warning"
+        assert not any(isinstance(entry.handler, CompiledHandler) for entry in app.routes.entries)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+            assert (await client.get("/api/v1/documents")).status_code == 200
+        await app.aclose()
+    finally:
+        compiled_module.available.cache_clear()
+
+
+async def test_the_installed_fastapi_compiles_without_a_line(tmp_path: Path) -> None:
+    compiled_module.available.cache_clear()
+    with structlog.testing.capture_logs() as logs:
+        app = example_service().build(settings(tmp_path, compiled=True))
+    assert not [log for log in logs if log["event"] == "compiled_handlers_unavailable"]
+    assert any(isinstance(entry.handler, CompiledHandler) for entry in app.routes.entries)
     await app.aclose()
 
 

@@ -1,0 +1,60 @@
+"""What ``bastion._compat.starlette`` assumes of Starlette's internals, checked on the installed version (verified
+on Starlette 1.10.0): an upgrade that changes one fails here, by name.
+
+Assumptions: ``Request.body()`` keeps the body it read in ``Request._body`` (absent before), and ``Request.json()``
+returns ``Request._json`` when set without parsing the body again.
+"""
+
+from __future__ import annotations
+
+import pytest
+import starlette
+from starlette.requests import Request
+
+from bastion._compat import starlette as starlette_compat
+
+
+def request(body: bytes) -> Request:
+    sent = False
+
+    async def receive() -> dict[str, object]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request({"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}, receive)
+
+
+def test_the_version_is_the_one_verified() -> None:
+    assert starlette.__version__ == "1.10.0", (
+        "re-check bastion/_compat/starlette.py against this Starlette, then update"
+    )
+
+
+def test_the_hooks_are_there() -> None:
+    assert starlette_compat.supported()
+    assert {"_body", "_json"} == starlette_compat.PRIVATE_NAMES
+
+
+async def test_the_body_read_is_kept() -> None:
+    req = request(b'{"a": 1}')
+    assert starlette_compat.body_read(req) is None
+    assert await req.body() == b'{"a": 1}'
+    assert starlette_compat.body_read(req) == b'{"a": 1}'
+
+
+async def test_a_remembered_json_is_what_json_returns() -> None:
+    req = request(b"not json")
+    await req.body()
+    starlette_compat.remember_json(req, {"parsed": True})
+    assert await req.json() == {"parsed": True}
+
+
+def test_without_the_cache_the_hooks_are_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def body(self: Request) -> bytes:
+        return b""
+
+    monkeypatch.setattr(starlette_compat, "Request", type("Request", (), {"body": body, "json": body}))
+    assert not starlette_compat.supported()
