@@ -191,12 +191,6 @@ def _reached(entry: RouteEntry, params: dict[str, Any]) -> ResolvedRoute:
     )
 
 
-def public_route(scope: Scope) -> bool:
-    """Whether the request reaches a :attr:`RouteEntry.public` route with its own method."""
-    route: ResolvedRoute | None = scope.get(SCOPE_ROUTE)
-    return route is not None and route.method_allowed and route.entry.public
-
-
 def route_path(scope: Scope) -> str:
     """The request path below the ASGI ``root_path`` (what routes match against)."""
     path: str = scope["path"]
