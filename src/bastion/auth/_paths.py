@@ -35,7 +35,7 @@ def _prefix_list(prefixes: Iterable[str], key: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class PathRules:
-    """Decide per canonical path whether a token is required (paths arrive canonical: see routing.paths).
+    """Decide per canonical path whether a token is required (paths arrive canonical: see routing/_paths.py).
 
     - ``/health`` and ``/ready`` are always public.
     - ``exclude_paths`` lists public paths; ``include_paths`` lists the only protected ones (never both).

@@ -29,7 +29,6 @@ line at start-up) and FastAPI's handler serves every route.
 
 from __future__ import annotations
 
-import email.message
 import functools
 import json
 from collections.abc import Callable, Collection, Mapping
@@ -55,6 +54,7 @@ from starlette.responses import Response
 
 from bastion._compat import fastapi as fastapi_compat
 from bastion._compat import starlette as starlette_compat
+from bastion.routing._content_type import content_type_of, is_json_content_type
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 
 ModelField = Any  # FastAPI's field class; its module is private, so it is named only in bastion._compat.fastapi
@@ -147,34 +147,6 @@ def _inline(dependency: Dependant, inline: Collection[Callable[..., Any]]) -> _I
     connection = dependency.http_connection_param_name
     assert call is not None
     return _Inline(name=dependency.name, call=lambda request: call(**{connection: request}))
-
-
-def _is_json_content_type(value: str) -> bool:
-    """FastAPI's test of a ``content-type`` value (``application/json`` or ``application/*+json``), remembered
-    for the usual short values (a bounded cache: clients choose the values)."""
-    return _json_content_type_cached(value) if len(value) <= 128 else _json_content_type(value)
-
-
-@functools.lru_cache(maxsize=64)
-def _json_content_type_cached(value: str) -> bool:
-    return _json_content_type(value)
-
-
-def _json_content_type(value: str) -> bool:
-    message = email.message.Message()
-    message["content-type"] = value
-    if message.get_content_maintype() == "application":
-        subtype = message.get_content_subtype()
-        return subtype == "json" or subtype.endswith("+json")
-    return False
-
-
-def _content_type(scope: Scope) -> str | None:
-    for name, value in scope["headers"]:
-        if name == b"content-type":
-            decoded: str = value.decode("latin-1")
-            return decoded
-    return None
 
 
 class CompiledHandler:
@@ -283,8 +255,8 @@ class CompiledHandler:
             raise HTTPException(status_code=400, detail="There was an error parsing the body") from exc
         if not body_bytes:
             return _MISSING
-        content_type = _content_type(request.scope)
-        parse = _is_json_content_type(content_type) if content_type else not self.strict_content_type
+        content_type = content_type_of(request.scope)
+        parse = is_json_content_type(content_type) if content_type else not self.strict_content_type
         if not parse:
             return body_bytes
         try:
