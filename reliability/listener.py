@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from dataclasses import dataclass
 
@@ -34,10 +35,35 @@ def _legit_figures(scenario: str, served: probes.Served, *, timed: bool = True) 
 
 
 async def _probing(port: int, interval: float) -> tuple[asyncio.Event, probes.Served, asyncio.Task[None]]:
+    """``GET /health`` every ``interval`` seconds until ``stop`` is set (then await the task), from a thread with
+    an event loop of its own: the legitimate client shares nothing with the attacker's thousands of tasks on this
+    side, so its figures are the server's, not this process's queue."""
     stop = asyncio.Event()
     served = probes.Served()
-    task = asyncio.create_task(probes.keep_probing(probes.health_probe(port), served, stop, interval))
-    return stop, served, task
+    halt = threading.Event()
+
+    async def probe_loop() -> None:
+        own_stop = asyncio.Event()
+
+        async def relay() -> None:
+            while not halt.is_set():  # noqa: ASYNC110 (a threading.Event, set from the scenario's loop)
+                await asyncio.sleep(0.02)
+            own_stop.set()
+
+        relaying = asyncio.create_task(relay())
+        await probes.keep_probing(probes.health_probe(port), served, own_stop, interval)
+        await relaying
+
+    thread = asyncio.create_task(asyncio.to_thread(asyncio.run, probe_loop()))
+
+    async def until_stopped() -> None:
+        try:
+            await stop.wait()
+        finally:
+            halt.set()
+            await thread
+
+    return stop, served, asyncio.create_task(until_stopped())
 
 
 def pipelining(ctx: Context) -> list[Figure]:
