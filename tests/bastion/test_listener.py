@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 from fastapi import WebSocket
-from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl
 from uvicorn.server import ServerState
 
 from bastion import Service, load_settings
@@ -730,3 +730,39 @@ async def test_a_connection_idle_after_a_held_pipeline_is_closed_after_keep_aliv
     writer.write(b"".join(head_of_size(size, path=b"/api/v1/held/%d" % n) for n in range(20)))
     assert await read_responses(reader, 20) == [b'{"n":%d}' % n for n in range(20)]
     assert await read_to_eof(reader) == b""
+
+
+def unread_body_service(release: asyncio.Event) -> Service:
+    """``POST /api/v1/unread`` answers once ``release`` is set, without reading its body; ``GET /api/v1/x``."""
+    service = Service("unread")
+
+    async def unread() -> dict[str, bool]:
+        await release.wait()
+        return {"unread": True}
+
+    v1 = service.version(1)
+    v1.post("/unread")(unread)
+    v1.get("/x")(lambda: {"ok": True})
+    return service
+
+
+async def test_a_request_after_a_large_body_the_app_never_read_is_answered(serve: Listener) -> None:
+    """A body over uvicorn's high-water mark that the app answered without reading stays in the finished
+    request; the next request on the connection is parsed and answered all the same (it waited forever once:
+    the unread body held parsing as if the app were still reading it)."""
+    release = asyncio.Event()
+    server = await serve(
+        SniffingProtocol, environ={"SERVICE_RATE_LIMIT_ENABLED": "false"}, service=unread_body_service(release)
+    )
+    reader, writer = await serve.connect(server)
+    # One byte over the mark: reading pauses only once the last byte is parsed, so all of it is.
+    body = b"a" * (HIGH_WATER_LIMIT + 1)
+    writer.write(
+        b"POST /api/v1/unread HTTP/1.1\r\nHost: t\r\nContent-Type: application/octet-stream\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body) + body
+    )
+    await wait_until(lambda: any(p.cycle is not None and not p.cycle.more_body for p in http11_connections(serve)))
+    release.set()
+    assert await read_responses(reader, 1) == [b'{"unread":true}']
+    writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert await read_responses(reader, 1) == [b'{"ok":true}']

@@ -142,7 +142,7 @@ class BoundedHttpProtocol(_Http11Protocol):
             and (
                 len(data) <= WHOLE_READ_BYTES or (len(data) <= SINGLE_HEAD_READ_BYTES and data.count(b"\r\n\r\n") <= 1)
             )
-            and (self.cycle is None or len(self.cycle.body) <= HIGH_WATER_LIMIT)
+            and not self._body_backlogged()
         ):  # every request's path: nothing queued, and a read that cannot queue much (else _parse_held decides)
             self._parse(data)
         else:
@@ -150,8 +150,17 @@ class BoundedHttpProtocol(_Http11Protocol):
             self._parse_held()
 
     def _may_parse(self) -> bool:
+        return len(self.pipeline) < self.max_pipelined and not self._body_backlogged()
+
+    def _body_backlogged(self) -> bool:
+        """Whether the request being read has more body waiting for the app than uvicorn's high-water mark.
+
+        Only while its response is unfinished: an app that answered without reading the body never will, and
+        what it left stays in the finished cycle until the next request replaces it (uvicorn resumes reading at
+        the response's end whatever is left).
+        """
         cycle = self.cycle
-        return len(self.pipeline) < self.max_pipelined and (cycle is None or len(cycle.body) <= HIGH_WATER_LIMIT)
+        return cycle is not None and not cycle.response_complete and len(cycle.body) > HIGH_WATER_LIMIT
 
     def _parse_held(self) -> None:
         """Parse the held input a slice at a time while the queue has room; hold the rest."""
