@@ -428,6 +428,7 @@ def coalescing_cycle(method: str = "GET") -> tuple[server_module.CoalescingCycle
         keep_alive=True,
         on_response=lambda: None,
     )
+    cycle.more_body = False  # the request has been read whole (uvicorn sets this at the message's end)
     return cycle, transport
 
 
@@ -766,3 +767,24 @@ async def test_a_request_after_a_large_body_the_app_never_read_is_answered(serve
     assert await read_responses(reader, 1) == [b'{"unread":true}']
     writer.write(b"GET /api/v1/x HTTP/1.1\r\nHost: t\r\n\r\n")
     assert await read_responses(reader, 1) == [b'{"ok":true}']
+
+
+async def test_a_response_started_before_the_body_arrived_says_connection_close() -> None:
+    """The head says ``connection: close``; uvicorn does not close the transport itself (the protocol half-closes
+    it after the response, so body bytes still arriving cannot reset the response away)."""
+    cycle, transport = coalescing_cycle("POST")
+    cycle.more_body = True
+    closed: list[int] = []
+    transport.close = lambda: closed.append(len(transport.writes))  # type: ignore[attr-defined]
+    await cycle.send(FIXED_START)
+    await cycle.send({"type": "http.response.body", "body": b"{}"})
+    assert transport.writes == [FIXED_HEAD.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n") + b"{}"]
+    assert cycle.closes_early and cycle.keep_alive and closed == []
+
+
+async def test_a_response_started_after_the_body_arrived_keeps_the_connection() -> None:
+    cycle, transport = coalescing_cycle("POST")
+    await cycle.send(FIXED_START)
+    await cycle.send({"type": "http.response.body", "body": b"{}"})
+    assert transport.writes == [FIXED_HEAD + b"{}"]
+    assert not cycle.closes_early

@@ -229,12 +229,14 @@ def test_a_body_sent_too_slowly_is_408_then_close(connect: Callable[[], socket.s
 
 
 def test_an_answer_before_the_body_arrived_ends_the_connection(connect: Callable[[], socket.socket]) -> None:
-    """A refusal that does not read the body (here a 404) is followed by FIN: a client trickling the rest of its
-    body cannot hold the connection, and what it still sends is dropped, not parsed as a next request."""
+    """A refusal that does not read the body (here a 404) says ``connection: close`` and is followed by FIN: a client
+    trickling the rest of its body cannot hold the connection, and what it still sends is dropped, not parsed as a
+    next request."""
     sock = connect()
     sock.sendall(b"POST /api/v1/nowhere HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{")
     head, _ = read_response(sock)
     assert head.startswith(b"HTTP/1.1 404 ")
+    assert b"\r\nconnection: close\r\n" in head + b"\r\n"  # announced: a client does not reuse the connection
     sock.sendall(b"GET /api/v1/ping HTTP/1.1\r\nHost: t\r\n\r\n")  # body bytes to the server: dropped
     assert read_to_eof(sock) == b""
 

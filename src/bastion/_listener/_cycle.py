@@ -53,10 +53,20 @@ class CoalescingCycle(RequestResponseCycle):
     """
 
     head: bytes | None = None
+    closes_early = False
+    """Whether the response started before the request's body had all arrived, and so says ``connection: close``."""
 
     async def send(self, message: Any) -> None:
         head = self.head
         if head is None:
+            if (
+                message["type"] == "http.response.start"
+                and self.more_body
+                and not self.closes_early
+                and not self.response_started
+            ):
+                await self._start_closing(message)
+                return
             if (
                 message["type"] == "http.response.start"
                 and not self.response_started
@@ -83,6 +93,17 @@ class CoalescingCycle(RequestResponseCycle):
             self.transport = transport
             if joined.head and not self.disconnected:  # nothing was written (an invalid message): the head alone
                 transport.write(joined.head)
+
+    async def _start_closing(self, message: Any) -> None:
+        """Start a response to a request whose body has not all arrived (a refusal that did not read it): the head
+        says ``connection: close``, and the connection closes after it, half-closed by the protocol
+        (``BoundedHttpProtocol.on_response_complete``) so that body bytes still arriving cannot reset the response
+        away. uvicorn would close the transport at once when it sees the header: its ``keep_alive`` stays as it was.
+        """
+        keep_alive = self.keep_alive
+        self.closes_early = True
+        await self.send({**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]})
+        self.keep_alive = keep_alive
 
 
 def _declares_length(message: Any) -> bool:

@@ -291,8 +291,14 @@ class BoundedHttpProtocol(_Http11Protocol):
         # connection for as long as it likes. Closed like a refused head: FIN, then what arrives is dropped.
         # self.cycle is the last request parsed: with a pipelined request queued behind this response it is that
         # one (its response not started), whose body may simply not have been read yet.
+        # A response that started before its request's body had all arrived said ``connection: close``
+        # (CoalescingCycle): the connection ends after it even if the body has arrived since, and requests pipelined
+        # behind it are not answered.
         cycle = self.cycle
-        unfinished = cycle is not None and cycle.response_complete and cycle.more_body and not self.head_refused
+        unfinished = cycle is not None and cycle.response_complete and cycle.more_body
+        unfinished = (unfinished or getattr(self.answering, "closes_early", False)) and not self.head_refused
+        if unfinished:
+            self.pipeline.clear()
         following = self.pipeline[-1][0] if self.pipeline else None
         super().on_response_complete()  # resumes reading (held input first: ReadGate), starts the next request
         if self.transport.is_closing():
