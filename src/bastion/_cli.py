@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bastion import _extras as extras
 from bastion.config import Settings, load_settings, masked
 from bastion.config._env import dotenv_overrides
 from bastion.errors import ConfigError
@@ -41,6 +42,7 @@ def _run(args: argparse.Namespace) -> int:
         os.environ["SERVICE_LOG_LEVEL"] = args.log_level
     configure_logging()  # warnings while the settings load go to stderr too
     settings = load_settings(args.config)
+    extras.check(settings)  # a configured feature without its extra: one line, before the app is imported
     configure_logging(settings.service.log_level, settings.service.log_format)
     if args.check_only:  # --reload's check of a new version: import and build, serve nothing
         from bastion._runner import build
@@ -92,6 +94,7 @@ def _check_config(args: argparse.Namespace) -> int:
     configure_logging("warning", "console")  # stdout stays the JSON document
     _load_dotenv()
     settings = load_settings(args.file)
+    extras.check(settings)
     security = Security.from_settings(settings, realm=settings.service.name or "api")
     try:
         posture = security.posture()

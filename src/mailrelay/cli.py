@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import structlog
 
 from bastion_core import UNKNOWN_VARIABLE_EVENT, ConfigError, configure_logging
+from mailrelay import _extras as extras
 from mailrelay._assembly import USER_AGENT, dmarc_checker, serve
 from mailrelay._config import (
     load_settings,
@@ -72,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not settings.ignore_unknown_variables:
             refuse_unknown_variables(unknown)
         tls_context, generated = server_context(settings.tls_cert, settings.tls_key)
+        extras.check(settings)  # a configured feature without its extra: one line
         dmarc = dmarc_checker(settings)
         smtp_compat.check()  # the SMTP session limits rely on aiosmtpd internals
     except ConfigError as exc:
