@@ -108,6 +108,12 @@ def _check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _docs(args: argparse.Namespace) -> int:
+    from bastion_core._manual import show
+
+    return show(args.topic, program="bastion")
+
+
 def _dev_keys(args: argparse.Namespace) -> int:
     from bastion.testing import write_dev_keys
 
@@ -255,7 +261,7 @@ def _policy_eval(args: argparse.Namespace) -> int:
     return EXIT_OK if decision.allowed else EXIT_DENIED
 
 
-COMMANDS = ("run", "check-config", "policy", "dev-keys", "dev-token")
+COMMANDS = ("run", "check-config", "policy", "dev-keys", "dev-token", "docs")
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -267,7 +273,11 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bastion", description="Secure, versioned backend services.")
+    parser = argparse.ArgumentParser(
+        prog="bastion",
+        description="Secure, versioned backend services.",
+        epilog="The documentation is installed with Bastion: `bastion docs` lists it, `bastion docs TOPIC` prints one.",
+    )
     parser.add_argument("--version", action="version", version=f"bastion {_version()}")
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of a start-up error (also: BASTION_DEBUG=1)"
@@ -349,6 +359,10 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (3600)")
     token.add_argument("--claim", action="append", type=_claim, metavar="NAME=VALUE", help="extra claim (JSON value)")
     token.set_defaults(handler=_dev_token)
+
+    docs = commands.add_parser("docs", help="list the installed documentation, or print one TOPIC (Markdown)")
+    docs.add_argument("topic", nargs="?", metavar="TOPIC", help="e.g. installation, configuration, auth")
+    docs.set_defaults(handler=_docs)
     return parser
 
 
