@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run relay test lint typecheck format clean proto
+.PHONY: install run relay test lint typecheck format clean proto dist dist-check
 
 # Idempotent: re-installs only when pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml
@@ -34,8 +34,8 @@ relay: install
 	exec $(BIN)/mailrelay
 
 lint: install
-	$(BIN)/ruff check src tests examples bench reliability
-	$(BIN)/ruff format --check src tests examples bench reliability
+	$(BIN)/ruff check src tests examples bench reliability distributions
+	$(BIN)/ruff format --check src tests examples bench reliability distributions
 	$(BIN)/lint-imports --no-cache
 
 typecheck: install
@@ -45,11 +45,23 @@ test: install lint typecheck
 	$(BIN)/pytest
 
 format: install
-	$(BIN)/ruff format src tests examples
-	$(BIN)/ruff check --fix src tests examples
+	$(BIN)/ruff format src tests examples distributions
+	$(BIN)/ruff check --fix src tests examples distributions
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build
+
+# The sdist and wheel of each distribution (bastion, mailrelay, bastion-core) into dist/, from
+# distributions/<name>/pyproject.toml (docs/installation.md).
+dist: install
+	rm -rf dist build/distributions
+	$(BIN)/python distributions/build.py
+
+# The wheels as a user gets them: `make dist`, then the Bastion wheel and the MailRelay wheel each alone in a fresh
+# virtual environment (dependencies from the package index), serving a secured service / delivering a signed
+# webhook (tests/dist/check_wheels.py; a few minutes, so not in `make test`; .ci/run runs it).
+dist-check: install
+	$(BIN)/pytest -p no:cacheprovider --timeout=1800 tests/dist/check_wheels.py
 
 # Schemathesis, every check, against `bastion run` of the example (v1 and v2; docs/api-docs.md).
 .PHONY: schemathesis

@@ -17,6 +17,7 @@ import structlog
 from starlette.datastructures import State
 
 from bastion import _assembly as assembly
+from bastion import _extras as extras
 from bastion._assembly import INLINE_DEPENDENCIES as INLINE_DEPENDENCIES
 from bastion._connections import ConnectionSlots
 from bastion._metrics import Metrics
@@ -184,7 +185,9 @@ class BastionApp:
     async def start_grpc(self, state: dict[str, Any]) -> None:
         """Create the gRPC server in the running loop: on ``grpc.port`` or behind the main port's sniffer."""
         # Imported here: grpclib registers the grpc.health/reflection protos in protobuf's default pool, which
-        # would clash with grpcio's own health package in services that never enable gRPC.
+        # would clash with grpcio's own health package in services that never enable gRPC. And they are the grpc
+        # extra's packages (bastion._extras).
+        extras.GRPC.require()
         from bastion.grpc._interceptors import GrpcGuard
         from bastion.grpc._limits import Http2Limits
         from bastion.grpc._server import GrpcServer

@@ -12,11 +12,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter
 from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from starlette.routing import BaseRoute
 
+from bastion import _extras as extras
 from bastion._api_docs import ApiDocs
 from bastion._audit import Auditor
 from bastion._claims import current_claims, optional_claims
@@ -28,9 +30,6 @@ from bastion._security import Security
 from bastion._tracing import Tracer
 from bastion.auth._formats import token_format
 from bastion.auth._routes import revoke_token_route
-from bastion.broker._audit_sink import BrokerAuditSink
-from bastion.broker._broker import Broker
-from bastion.broker._cluster import ClusterSync
 from bastion.broker._dependencies import current_broker, optional_broker
 from bastion.broker._specs import BrokerPlan, StreamSpec
 from bastion.config import AuditSettings, BrokerSettings, Settings
@@ -43,6 +42,11 @@ from bastion.routing._openapi import Gates
 from bastion.routing._resolve import RouteEntry, RouteTable
 from bastion.routing._versioned import ApiVersion
 from bastion.types import SCOPE_API_VERSION, ASGIApp
+
+if TYPE_CHECKING:  # the broker's modules import nats-py (the broker extra): loaded when a broker is configured
+    from bastion.broker._audit_sink import BrokerAuditSink
+    from bastion.broker._broker import Broker
+    from bastion.broker._cluster import ClusterSync
 
 DEFAULT_SERVICE_NAME = "bastion-service"
 DEFAULT_SERVICE_VERSION = "0.1.0"
@@ -191,6 +195,10 @@ def messaging(
                 "but no broker is configured: set broker.url (or SERVICE_BROKER_URL)"
             )
         return Messaging()
+    extras.BROKER.require()
+    from bastion.broker._broker import Broker
+    from bastion.broker._cluster import ClusterSync
+
     cluster = ClusterSync(
         service=names.name, on_reload=callbacks.reload_announced, on_revoke=callbacks.revoke_announced
     )
@@ -223,6 +231,8 @@ def audit_sink(broker: Broker, audit: AuditSettings, names: Identity, auditor: A
     """With audit on, the sink that publishes audit events on the broker (added to the auditor's sinks)."""
     if not auditor.enabled:
         return None
+    from bastion.broker._audit_sink import BrokerAuditSink
+
     sink = BrokerAuditSink(broker, prefix=audit.broker_subject_prefix, service=names.name, buffer=audit.broker_buffer)
     auditor.sinks.append(sink)
     return sink

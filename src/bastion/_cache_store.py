@@ -12,6 +12,7 @@ from typing import NamedTuple, Protocol
 
 import structlog
 
+from bastion import _extras as extras
 from bastion.config import CacheStoreSettings
 from bastion.errors import CacheStoreError
 
@@ -157,6 +158,7 @@ def cache_store_from_settings(settings: CacheStoreSettings) -> CacheStore:
     """Redis/Valkey when ``cache_store.url`` is set, else the in-process memory store."""
     if settings.url is None:
         return MemoryCacheStore()
+    extras.REDIS.require()
     return RedisCacheStore(
         settings.url.get_secret_value(),
         max_connections=settings.max_connections,

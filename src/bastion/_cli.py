@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bastion import _extras as extras
 from bastion.config import Settings, load_settings, masked
 from bastion.config._env import dotenv_overrides
 from bastion.errors import ConfigError
@@ -41,6 +42,7 @@ def _run(args: argparse.Namespace) -> int:
         os.environ["SERVICE_LOG_LEVEL"] = args.log_level
     configure_logging()  # warnings while the settings load go to stderr too
     settings = load_settings(args.config)
+    extras.check(settings)  # a configured feature without its extra: one line, before the app is imported
     configure_logging(settings.service.log_level, settings.service.log_format)
     if args.check_only:  # --reload's check of a new version: import and build, serve nothing
         from bastion._runner import build
@@ -92,6 +94,7 @@ def _check_config(args: argparse.Namespace) -> int:
     configure_logging("warning", "console")  # stdout stays the JSON document
     _load_dotenv()
     settings = load_settings(args.file)
+    extras.check(settings)
     security = Security.from_settings(settings, realm=settings.service.name or "api")
     try:
         posture = security.posture()
@@ -103,6 +106,12 @@ def _check_config(args: argparse.Namespace) -> int:
         print(f"  {line}", file=sys.stderr)
     print(json.dumps(masked(settings), indent=2))
     return EXIT_OK
+
+
+def _docs(args: argparse.Namespace) -> int:
+    from bastion_core._manual import show
+
+    return show(args.topic, program="bastion")
 
 
 def _dev_keys(args: argparse.Namespace) -> int:
@@ -252,7 +261,7 @@ def _policy_eval(args: argparse.Namespace) -> int:
     return EXIT_OK if decision.allowed else EXIT_DENIED
 
 
-COMMANDS = ("run", "check-config", "policy", "dev-keys", "dev-token")
+COMMANDS = ("run", "check-config", "policy", "dev-keys", "dev-token", "docs")
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -264,7 +273,11 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bastion", description="Secure, versioned backend services.")
+    parser = argparse.ArgumentParser(
+        prog="bastion",
+        description="Secure, versioned backend services.",
+        epilog="The documentation is installed with Bastion: `bastion docs` lists it, `bastion docs TOPIC` prints one.",
+    )
     parser.add_argument("--version", action="version", version=f"bastion {_version()}")
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of a start-up error (also: BASTION_DEBUG=1)"
@@ -346,6 +359,10 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (3600)")
     token.add_argument("--claim", action="append", type=_claim, metavar="NAME=VALUE", help="extra claim (JSON value)")
     token.set_defaults(handler=_dev_token)
+
+    docs = commands.add_parser("docs", help="list the installed documentation, or print one TOPIC (Markdown)")
+    docs.add_argument("topic", nargs="?", metavar="TOPIC", help="e.g. installation, configuration, auth")
+    docs.set_defaults(handler=_docs)
     return parser
 
 

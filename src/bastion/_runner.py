@@ -26,6 +26,7 @@ import uvicorn
 from fastapi import APIRouter
 from uvicorn.config import Config
 
+from bastion import _extras as extras
 from bastion._app import BastionApp
 from bastion._compat import uvicorn as uvicorn_compat
 from bastion._listener import ListenerConfig, ListenerLimits, SniffingProtocol, WebSocketProtocol
@@ -122,7 +123,8 @@ def uvicorn_config(
     """
     uvicorn_compat.check()
     if settings.grpc.enabled:
-        from bastion._compat import grpclib as grpclib_compat  # the grpc extra: present when gRPC is enabled
+        extras.GRPC.require()
+        from bastion._compat import grpclib as grpclib_compat
 
         grpclib_compat.check()
     config = ListenerConfig(

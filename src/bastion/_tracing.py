@@ -25,6 +25,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from bastion import _extras as extras
 from bastion.config import TracingSettings
 
 TRACE_HEADERS = ("traceparent", "tracestate")
@@ -59,6 +60,7 @@ class Tracing:
             return cls(provider, owned=False)
         if not settings.active:
             return None
+        extras.TRACING.require()  # the SDK and the exporter: the tracing extra
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider

@@ -15,22 +15,21 @@ import signal
 import ssl
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
 from bastion_core import CircuitBreaker, ConfigError, Guard
+from mailrelay import _extras as extras
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
 from mailrelay._attachments import AttachmentSink, InlineSink
 from mailrelay._config import PREFIX, Settings, mask_nats_url
 from mailrelay._delivery import WebhookClient
-from mailrelay._dns import DnsClient, NoResolver
 from mailrelay._errors import ListenFailed
 from mailrelay._health import HealthServer
-from mailrelay._mailauth import DmarcChecker
 from mailrelay._metrics import RelayMetrics, TimedTransport
 from mailrelay._metrics_server import MetricsServer
 from mailrelay._processes import WorkerProcesses
-from mailrelay._queue import JetStreamQueue
 from mailrelay._redelivery import RedeliveryRules
 from mailrelay._relay import Relay
 from mailrelay._transport import AiohttpTransport
@@ -38,6 +37,10 @@ from mailrelay._version import __version__
 from mailrelay._workers import DeliveryWorkers
 from mailrelay.smtp._server import SmtpServer
 from mailrelay.smtp._session import SmtpOptions
+
+if TYPE_CHECKING:  # the dmarc and queue extras' packages: imported where each feature is built
+    from mailrelay._mailauth import DmarcChecker
+    from mailrelay._queue import JetStreamQueue
 
 USER_AGENT = f"MailRelay/{__version__}"
 SMTP_VARIABLES = f"{PREFIX}BIND_ADDRESS/{PREFIX}PORT"
@@ -249,6 +252,10 @@ def dmarc_checker(settings: Settings) -> DmarcChecker | None:
     """The DMARC evaluator for monitor and enforce mode; ConfigError when there is no DNS server to ask."""
     if settings.dmarc_mode == "off":
         return None
+    extras.DMARC.require()
+    from mailrelay._dns import DnsClient, NoResolver
+    from mailrelay._mailauth import DmarcChecker
+
     try:
         dns = DnsClient(servers=settings.dns_servers, timeout=settings.dns_timeout)
     except NoResolver:
@@ -274,6 +281,7 @@ def attachment_sink(settings: Settings) -> AttachmentSink:
     """Inline, or S3 (boto3 is imported only then: it adds about a quarter of a second to start-up)."""
     if settings.attachment_delivery != "s3" or settings.s3_bucket is None:
         return InlineSink()
+    extras.S3.require()
     from mailrelay._s3 import S3Sink, has_credentials, make_client
 
     if not has_credentials():
@@ -292,6 +300,9 @@ def attachment_sink(settings: Settings) -> AttachmentSink:
 def message_queue(settings: Settings) -> JetStreamQueue | None:
     if settings.queue != "jetstream" or settings.nats_url is None:
         return None
+    extras.QUEUE.require()
+    from mailrelay._queue import JetStreamQueue
+
     return JetStreamQueue(
         servers=settings.nats_url.split(","),
         stream=settings.queue_stream,

@@ -13,11 +13,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from email import policy
 from email.parser import BytesHeaderParser
-from typing import Protocol
-
-from publicsuffixlist import PublicSuffixList
+from typing import TYPE_CHECKING, Protocol
 
 from mailrelay._parsing import scrub
+
+if TYPE_CHECKING:
+    from publicsuffixlist import PublicSuffixList
 
 DMARC_VERSION = "DMARC1"
 DMARC_LABEL = "_dmarc"  # RFC 7489 6.1
@@ -177,7 +178,11 @@ class OrganizationalDomains:
     """
 
     def __init__(self, psl: PublicSuffixList | None = None) -> None:
-        self._psl = psl or PublicSuffixList()
+        if psl is None:
+            from publicsuffixlist import PublicSuffixList  # the dmarc extra (mailrelay._extras)
+
+            psl = PublicSuffixList()
+        self._psl = psl
 
     def __call__(self, domain: str) -> str:
         return self._psl.privatesuffix(domain) or domain

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
@@ -29,10 +29,12 @@ from mailrelay._attachments import Attachment, DeliveryMode
 from mailrelay._delivery import TIMEOUT_PROBLEM, Attempt, WebhookTransport
 from mailrelay._dmarc import DmarcResult
 from mailrelay._errors import QueueUnavailable
-from mailrelay._queue import QueueDepth
 from mailrelay._version import __version__
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._replies import Reply
+
+if TYPE_CHECKING:  # nats-py (the queue extra): loaded with the queue
+    from mailrelay._queue import QueueDepth
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 """The text format generate_latest writes (prometheus_client's CONTENT_TYPE_LATEST names version 1.0.0 since 0.22;

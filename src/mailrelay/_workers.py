@@ -8,15 +8,17 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
 from mailrelay._errors import QueueUnavailable
 from mailrelay._metrics import DeadLetter, Delivery, RelayMetrics, Retry
-from mailrelay._queue import QueuedMessage
 from mailrelay._redelivery import Action, RedeliveryRules, decide
 from mailrelay._target import DeliveryTarget, Verdict
+
+if TYPE_CHECKING:  # nats-py (the queue extra): loaded with the queue
+    from mailrelay._queue import QueuedMessage
 
 FETCH_WAIT_SECS = 5.0  # one long poll of the consumer; messages that arrive meanwhile come at once
 CIRCUIT_PAUSE_SECS = 1.0  # while the breaker is open nothing is fetched (no delivery is spent); checked this often

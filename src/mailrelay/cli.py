@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import structlog
 
 from bastion_core import UNKNOWN_VARIABLE_EVENT, ConfigError, configure_logging
+from bastion_core._manual import show as show_docs
+from mailrelay import _extras as extras
 from mailrelay._assembly import USER_AGENT, dmarc_checker, serve
 from mailrelay._config import (
     load_settings,
@@ -34,7 +36,7 @@ QUIET_LOGGERS = ("mail.log", "aiohttp", "nats", "asyncio")
 log = structlog.get_logger("mailrelay")
 
 
-USAGE = "usage: mailrelay [--help] [--version]   (configured by MAIL_RELAY_* variables and ./.env)"
+USAGE = "usage: mailrelay [--help] [--version] [docs [TOPIC]]   (configured by MAIL_RELAY_* variables and ./.env)"
 
 
 def help_text() -> str:
@@ -46,7 +48,8 @@ def help_text() -> str:
         "",
         "SMTP server that posts each accepted message to a webhook as signed JSON. Settings come from MAIL_RELAY_*",
         "variables (the process environment wins over ./.env); a bad value or an unknown MAIL_RELAY_* name stops",
-        "it with exit code 2 before it listens. What each variable means: docs/mailrelay.md.",
+        "it with exit code 2 before it listens. What each variable means: `mailrelay docs` (the manual installed",
+        "with MailRelay; `mailrelay docs installation` for the extras).",
         "",
         f"{'variable':<{width}}  default",
         *(f"{name:<{width}}  {default}" for name, default in rows),
@@ -63,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args in (["--help"], ["-h"]):
         print(help_text())
         return 0
+    if args[:1] == ["docs"] and len(args) <= 2:
+        return show_docs(args[1] if len(args) == 2 else "mailrelay", program="mailrelay")
     if args:
         print(USAGE, file=sys.stderr)
         return EXIT_CONFIG
@@ -72,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not settings.ignore_unknown_variables:
             refuse_unknown_variables(unknown)
         tls_context, generated = server_context(settings.tls_cert, settings.tls_key)
+        extras.check(settings)  # a configured feature without its extra: one line
         dmarc = dmarc_checker(settings)
         smtp_compat.check()  # the SMTP session limits rely on aiosmtpd internals
     except ConfigError as exc:

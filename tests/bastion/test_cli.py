@@ -431,8 +431,24 @@ def test_a_misspelled_command_gets_a_suggestion() -> None:
     assert (result.returncode, result.stderr) == (2, "error: unknown command 'rnu'; did you mean 'run'?\n")
     result = bastion("frobnicate")
     assert result.stderr == (
-        "error: unknown command 'frobnicate' (commands: run, check-config, policy, dev-keys, dev-token)\n"
+        "error: unknown command 'frobnicate' (commands: run, check-config, policy, dev-keys, dev-token, docs)\n"
     )
+
+
+def test_docs_lists_the_installed_documentation_and_prints_a_page(capsys: pytest.CaptureFixture[str]) -> None:
+    """A source checkout reads docs/ (a wheel carries the same files as bastion_core/_docs; tests/dist checks it)."""
+    assert main(["docs"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert listing[0] == f"The documentation of this release, installed in {REPO / 'docs'}:"
+    assert "  installation   Installation" in listing
+    assert listing[-1] == "`bastion docs TOPIC` prints one (Markdown)."
+    assert main(["docs", "installation"]) == 0
+    assert capsys.readouterr().out == (REPO / "docs" / "installation.md").read_text()
+
+
+def test_docs_of_an_unknown_topic_suggests_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["docs", "instalation"]) == 2
+    assert capsys.readouterr().err == "error: no documentation topic 'instalation'; did you mean 'installation'?\n"
 
 
 def test_dev_token_with_the_public_key_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,10 +22,23 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"MailRelay/{mailrelay.__version__}"
 
 
+def test_docs_prints_the_manual_installed_with_the_relay(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--help` points here, not to a repository path a pip user does not have."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    assert main(["docs"]) == 0
+    assert capsys.readouterr().out == (docs / "mailrelay.md").read_text()
+    assert main(["docs", "installation"]) == 0
+    assert capsys.readouterr().out == (docs / "installation.md").read_text()
+    assert main(["--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert "What each variable means: `mailrelay docs`" in help_text
+    assert "docs/" not in help_text
+
+
 def test_unknown_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve"]) == EXIT_CONFIG
     assert capsys.readouterr().err == (
-        "usage: mailrelay [--help] [--version]   (configured by MAIL_RELAY_* variables and ./.env)\n"
+        "usage: mailrelay [--help] [--version] [docs [TOPIC]]   (configured by MAIL_RELAY_* variables and ./.env)\n"
     )
 
 

@@ -145,7 +145,7 @@ class Consumers:
                 "broker_dead_letters_not_stored",
                 consumer=spec.durable,
                 dead_letter_subject=subject,
-                hint="declare a stream on the dead-letter subject to keep them (docs/broker.md)",
+                hint="declare a stream on the dead-letter subject to keep them (bastion docs broker)",
             )
         self._dead_letter_streams[spec.durable] = stream
 
