@@ -1,4 +1,4 @@
-"""grpclib internals Bastion relies on (grpclib is pinned; verified on grpclib 0.4.9).
+"""grpclib internals Bastion relies on (verified on grpclib 0.4.9; `make compat` runs on 0.4.8 and 0.4.7).
 
 The server (``bastion.grpc._server``):
 

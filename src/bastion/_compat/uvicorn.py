@@ -1,4 +1,4 @@
-"""uvicorn internals Bastion relies on (verified on uvicorn 0.54.0).
+"""uvicorn internals Bastion relies on (verified on uvicorn 0.54.0; `make compat` runs on 0.44.0 and 0.35.0).
 
 The listener (``bastion._listener``) subclasses uvicorn's httptools protocol (``BoundedHttpProtocol``), its flow
 control (``ReadGate``), its request/response cycle (``CoalescingCycle``) and its websockets-sansio protocol, and

@@ -1,4 +1,4 @@
-"""aiosmtpd internals MailRelay relies on (verified on aiosmtpd 1.4.6, Python 3.11).
+"""aiosmtpd internals MailRelay relies on (verified on aiosmtpd 1.4.6, Python 3.11; `make compat`: 1.4.5, 1.4.4).
 
 ``RelaySMTP`` keeps aiosmtpd's transport plumbing (the stream reader and writer, the idle timer, the STARTTLS
 transport switch) and replaces its command loop. :class:`SmtpTransport` is the one place that reaches into
