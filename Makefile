@@ -66,7 +66,7 @@ COMPAT_SETS := oldest middle
 COMPAT_TESTS := tests/bastion/compat tests/bastion/routing/test_compiled.py tests/bastion/test_listener.py \
 	tests/bastion/test_listener_framing.py tests/bastion/test_grpc_deadlines.py tests/bastion/test_grpc_frames.py \
 	tests/bastion/test_grpc_hpack.py tests/bastion/test_grpc_metadata.py tests/bastion/test_grpc_transport.py \
-	tests/e2e
+	tests/mailrelay/smtp/test_compat.py tests/e2e
 
 .venv-compat-%/.installed: pyproject.toml compat/%.txt
 	test -x .venv-compat-$*/bin/python || $(PYTHON) -m venv .venv-compat-$*
