@@ -93,9 +93,24 @@ async def cancel_tasks(protocol: HttpToolsProtocol) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+# uvicorn release -> (a refused handshake sent with the app's headers, Multiprocess building its workers' servers):
+# what uvicorn does itself there; before 0.53 bastion._compat.uvicorn does both as 0.53 does.
+FEATURES = {
+    "0.54.0": (True, True),  # the newest: `make test`
+    "0.44.0": (False, False),  # `make compat`'s middle set
+    "0.35.0": (False, False),  # `make compat`'s oldest set
+}
+
+
 def test_the_version_is_one_verified() -> None:
-    """0.54.0: the newest (`make test`); 0.44.0 and 0.35.0: `make compat`'s middle and oldest sets."""
-    assert uvicorn.__version__ in {"0.54.0", "0.44.0", "0.35.0"}
+    assert uvicorn.__version__ in FEATURES
+
+
+def test_what_this_uvicorn_does_itself() -> None:
+    from uvicorn.supervisors import Multiprocess
+
+    builds_servers = "target" not in inspect.signature(Multiprocess.__init__).parameters
+    assert (uvicorn_compat.REFUSAL_KEEPS_APP_HEADERS, builds_servers) == FEATURES[uvicorn.__version__]
 
 
 async def test_a_pipelined_request_is_queued_with_appendleft_and_reading_paused() -> None:
