@@ -4,13 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run relay test lint typecheck format clean proto dist dist-check
+.PHONY: install run relay test lint typecheck format clean proto dist dist-check constraints compat
 
-# Idempotent: re-installs only when pyproject.toml changed since the last install.
-$(STAMP): pyproject.toml
+# Idempotent: re-installs only when pyproject.toml or constraints.txt changed since the last install.
+# constraints.txt locks the newest supported set, so `make test` runs on the same versions everywhere.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev]' -c constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -49,7 +50,7 @@ format: install
 	$(BIN)/ruff check --fix src tests examples distributions
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build
+	rm -rf $(VENV) .venv-compat-* .pytest_cache .mypy_cache .ruff_cache dist build
 
 # The sdist and wheel of each distribution (bastion, mailrelay, bastion-core) into dist/, from
 # distributions/<name>/pyproject.toml (docs/installation.md).
@@ -62,6 +63,35 @@ dist: install
 # webhook (tests/dist/check_wheels.py; a few minutes, so not in `make test`; .ci/run runs it).
 dist-check: install
 	$(BIN)/pytest -p no:cacheprovider --timeout=1800 tests/dist/check_wheels.py
+
+# Regenerate the lock of the newest set after raising a range in pyproject.toml (upgrade .venv first:
+# `.venv/bin/pip install -U -e '.[dev]'`).
+constraints: install
+	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^bastion=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+# The supported ranges' other ends (docs/installation.md, "Supported versions"): each set in compat/<set>.txt
+# gets its own virtual environment and runs the compatibility subset: the compat tests (which say per version
+# which features are on), the differential test of the compiled handlers, the listener and gRPC tests, and the
+# example's end-to-end suite. `make test` covers the newest set (constraints.txt). .ci/run runs both.
+COMPAT_SETS := oldest middle
+COMPAT_TESTS := tests/bastion/compat tests/bastion/routing/test_compiled.py tests/bastion/test_listener.py \
+	tests/bastion/test_listener_framing.py tests/bastion/test_grpc_deadlines.py tests/bastion/test_grpc_frames.py \
+	tests/bastion/test_grpc_hpack.py tests/bastion/test_grpc_metadata.py tests/bastion/test_grpc_transport.py \
+	tests/mailrelay/smtp/test_compat.py tests/e2e
+
+.venv-compat-%/.installed: pyproject.toml compat/%.txt
+	test -x .venv-compat-$*/bin/python || $(PYTHON) -m venv .venv-compat-$*
+	.venv-compat-$*/bin/python -m pip install -q --upgrade pip
+	.venv-compat-$*/bin/python -m pip install -q -e '.[dev]' -c compat/$*.txt
+	touch $@
+
+compat: $(foreach set,$(COMPAT_SETS),.venv-compat-$(set)/.installed)
+	@for set in $(COMPAT_SETS); do \
+		echo "make compat: $$set set ($$(.venv-compat-$$set/bin/python -m pip list 2>/dev/null \
+			| awk '$$1 ~ /^(fastapi|starlette|uvicorn|grpclib|h2|aiosmtpd)$$/ {printf "%s %s ", $$1, $$2}'))"; \
+		.venv-compat-$$set/bin/pytest -p no:cacheprovider $(COMPAT_TESTS) || exit 1; \
+	done
 
 # Schemathesis, every check, against `bastion run` of the example (v1 and v2; docs/api-docs.md).
 .PHONY: schemathesis

@@ -15,13 +15,13 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter
-from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from starlette.routing import BaseRoute
 
 from bastion import _extras as extras
 from bastion._api_docs import ApiDocs
 from bastion._audit import Auditor
 from bastion._claims import current_claims, optional_claims
+from bastion._compat import fastapi as fastapi_compat
 from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
 from bastion._metrics import Metrics, serve_metrics
 from bastion._parts import SECURITY_SLOTS, ServiceParts, Slot
@@ -268,7 +268,7 @@ def dispatcher(
     return Dispatcher(
         builtins=builtins,
         table=routes.table,
-        versioned=AsyncExitStackMiddleware(routes.router),  # FastAPI routes expect its exit stack in scope
+        versioned=fastapi_compat.exit_stack(routes.router),  # FastAPI routes expect its exit stack in scope
         frontend=[*operator_routes, *parts.frontend],
         fallback=parts.fallback or parts.frontend_fallback,
         fallback_takes_websockets=parts.fallback is not None and parts.fallback_is_app,

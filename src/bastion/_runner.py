@@ -39,6 +39,10 @@ from bastion.errors import ConfigError
 ENV_APP, ENV_CONFIG, ENV_APP_DIR = "BASTION_APP", "BASTION_CONFIG", "BASTION_APP_DIR"
 
 
+_STARTUP_FAILURE = 3
+"""The exit code of a failed start-up (uvicorn.config.STARTUP_FAILURE from uvicorn 0.50 on)."""
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, exiting 0 after a graceful shutdown instead of re-raising SIGTERM/SIGINT."""
 
@@ -188,10 +192,8 @@ def serve(
             config = uvicorn_config(
                 "bastion._runner:_worker_app", settings, host=host, port=port, workers=workers, factory=True
             )
-            from uvicorn.supervisors import Multiprocess
-
             with _metrics_listener(settings, host, expose):
-                Multiprocess(config, sockets=[config.bind_socket()]).run()
+                uvicorn_compat.multiprocess(config, [config.bind_socket()]).run()
         return 0
     app = build(reference, settings, app_dir=app_dir)
     server = _Server(uvicorn_config(app, settings, host=host, port=port))
@@ -199,7 +201,12 @@ def serve(
     freeze_startup_objects()
     with _metrics_listener(settings, host, app.metrics.exposition):
         server.run(sockets=sockets)
-    return 0 if server.started else 1
+    if server.started:
+        return 0
+    # A lifespan start-up that failed (an eager broker connection, ...) exits 3, uvicorn's STARTUP_FAILURE: uvicorn
+    # 0.50 and later exit with it themselves; before, the server returns unstarted.
+    lifespan = getattr(server, "lifespan", None)
+    return _STARTUP_FAILURE if lifespan is not None and lifespan.should_exit else 1
 
 
 def freeze_startup_objects() -> None:

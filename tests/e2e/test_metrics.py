@@ -31,7 +31,7 @@ from bastion.testing import TokenMinter
 from bastion_core.testing import free_port
 from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
 from examples.documents_api.proto.documents.v1 import documents_pb2_grpc as pb_grpc
-from tests.conftest import BASTION, REPO, BastionProcess, metric_samples, metric_series
+from tests.conftest import BASTION, REPO, BastionProcess, metric_samples, metric_series, start_up_stderr
 
 APP = "examples.documents_api:service"
 EXAMPLE_DIR = REPO / "examples" / "documents_api"
@@ -345,7 +345,7 @@ def test_metrics_port_in_use_is_refused_at_start(
         env = {**key_env, "SERVICE_METRICS_PORT": str(port), "TMPDIR": str(temp)}
         result = run_refused(config, env, "--port", str(free_port()), "--workers", workers)
     message = f"error: metrics.port {port} on 127.0.0.1 cannot be opened (Address already in use)\n"
-    assert (result.returncode, result.stderr, result.stdout) == (2, message, "")
+    assert (result.returncode, start_up_stderr(result.stderr), result.stdout) == (2, message, "")
     assert list(temp.iterdir()) == []
 
 

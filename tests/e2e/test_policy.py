@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from bastion.testing import TokenMinter
-from tests.conftest import BASTION, REPO, BastionProcess
+from tests.conftest import BASTION, REPO, BastionProcess, start_up_stderr
 
 EXAMPLE = ("examples.documents_api:service", "--config", "examples/documents_api/config.toml")
 FORBIDDEN = {"error": "Access denied by policy", "code": "FORBIDDEN", "status": 403}
@@ -125,7 +125,7 @@ def test_a_policy_the_schema_rejects_stops_the_start(key_env: dict[str, str], tm
         text=True,
         timeout=60,
     )
-    assert (result.returncode, result.stdout, result.stderr) == (
+    assert (result.returncode, result.stdout, start_up_stderr(result.stderr)) == (
         2,
         "",
         f"error: policy.policy_path = {str(policies)!r} does not validate against the service's schema: statement 1 "

@@ -1,4 +1,12 @@
-"""FastAPI internals Bastion relies on (verified on FastAPI 0.165.0).
+"""FastAPI internals Bastion relies on (verified on FastAPI 0.165.0; `make compat` runs on 0.115.0 and 0.125.0).
+
+Version-dependent public names, used when present (``route_views``, ``exit_stack``):
+
+- ``fastapi.routing.iter_route_contexts`` / ``RouteContext`` (FastAPI 0.138 and later): an included router keeps
+  its routes and yields their effective contexts. Before them ``include_router`` copies every route, prefixed,
+  into the including router, so its ``routes`` are already flat: the route table walks those.
+- ``fastapi.middleware.asyncexitstack.AsyncExitStackMiddleware`` (FastAPI 0.118 and later): the exit stack a
+  route's handler expects in its scope. Before it, each route's handler opens its own.
 
 The compiled handlers (``bastion.routing._compiled``) analyse a route once with FastAPI's own helpers and serve
 it without FastAPI's per-request machinery; the route table (``bastion.routing._resolve``) calls a route's
@@ -31,8 +39,23 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute
+
+from bastion.types import ASGIApp, Receive, Scope, Send
+
+try:  # FastAPI 0.138 and later
+    from fastapi.routing import iter_route_contexts
+except ImportError:  # pragma: no cover - older FastAPI: include_router copies routes (see the docstring)
+    iter_route_contexts = None  # type: ignore[assignment]
+try:  # FastAPI 0.118 and later
+    from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
+except ImportError:  # pragma: no cover - older FastAPI: each route's handler opens its own exit stack
+    AsyncExitStackMiddleware = None  # type: ignore[assignment,misc]
 
 VERIFIED = "FastAPI 0.165.0"
 """The FastAPI version these assumptions were last checked on."""
@@ -105,6 +128,88 @@ def missing() -> list[str]:
 def supported() -> bool:
     """Whether the compiled handlers can run on the installed FastAPI."""
     return not missing()
+
+
+# FastAPI's scope keys for the matched route's context (fastapi/routing.py, route contexts' releases).
+_FASTAPI_SCOPE, _EFFECTIVE_ROUTE_CONTEXT = "fastapi", "effective_route_context"
+
+
+def has_route_contexts() -> bool:
+    """Whether the installed FastAPI keeps included routers and yields route contexts (0.138 and later)."""
+    return iter_route_contexts is not None
+
+
+def has_exit_stack_middleware() -> bool:
+    """Whether the installed FastAPI has ``AsyncExitStackMiddleware`` (0.118 and later)."""
+    return AsyncExitStackMiddleware is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteView:
+    """One route of a router, flattened through included routers, the same on every supported FastAPI."""
+
+    path: str | None
+    methods: Any
+    name: str | None
+    original_route: BaseRoute
+    context: Any
+    """FastAPI's effective route context of a plain ``APIRoute`` (what the compiled handlers analyse), or
+    ``None``: another kind of route, or a FastAPI without route contexts."""
+    handler: ASGIApp | None
+    """The route's own handler, called directly after matching (``None``: FastAPI's router dispatches it)."""
+
+
+def route_views(routes: Sequence[BaseRoute]) -> Iterator[RouteView]:
+    """Every route of ``routes``, included routers flattened, in registration order."""
+    if iter_route_contexts is None:
+        for route in routes:
+            handler = _route_handler(route, route.app, route.endpoint, None) if isinstance(route, APIRoute) else None
+            yield RouteView(
+                path=getattr(route, "path", None),
+                methods=getattr(route, "methods", None),
+                name=getattr(route, "name", None),
+                original_route=route,
+                context=None,
+                handler=handler,
+            )
+        return
+    for context in iter_route_contexts(routes):
+        effective = route_context(context)
+        if effective is None or not isinstance(effective.original_route, APIRoute) or effective.app is None:
+            effective, handler = None, None
+        else:
+            handler = _route_handler(effective.original_route, effective.app, effective.endpoint, effective)
+        yield RouteView(
+            path=context.path,
+            methods=context.methods,
+            name=context.name,
+            original_route=context.original_route,
+            context=effective,
+            handler=handler,
+        )
+
+
+def _route_handler(route: APIRoute, app: ASGIApp, endpoint: Callable[..., Any], effective: Any) -> ASGIApp:
+    """Call a FastAPI route's handler directly, skipping FastAPI's second walk through the routers: what FastAPI's
+    router does once it has matched (record the route, its endpoint and, with route contexts, the effective
+    context in the scope; run the route's app inside FastAPI's exit stack where the route expects one)."""
+
+    async def handle(scope: Scope, receive: Receive, send: Send) -> None:
+        scope["endpoint"] = endpoint
+        scope["route"] = route
+        if effective is not None:
+            scope.setdefault(_FASTAPI_SCOPE, {})[_EFFECTIVE_ROUTE_CONTEXT] = effective
+        await app(scope, receive, send)
+
+    return exit_stack(handle)
+
+
+def exit_stack(app: ASGIApp) -> ASGIApp:
+    """``app`` inside FastAPI's exit stack middleware where the installed FastAPI has one (routes expect it then)."""
+    if AsyncExitStackMiddleware is None:
+        return app
+    wrapped: ASGIApp = AsyncExitStackMiddleware(app)
+    return wrapped
 
 
 def route_context(context: Any) -> Any:

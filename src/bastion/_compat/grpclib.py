@@ -1,4 +1,4 @@
-"""grpclib internals Bastion relies on (grpclib is pinned; verified on grpclib 0.4.9).
+"""grpclib internals Bastion relies on (verified on grpclib 0.4.9; `make compat` runs on 0.4.8 and 0.4.7).
 
 The server (``bastion.grpc._server``):
 
@@ -55,6 +55,8 @@ ProtocolT = TypeVar("ProtocolT", bound=H2Protocol)
 
 VERIFIED = "grpclib 0.4.9"
 """The grpclib version these assumptions were last checked on."""
+SUPPORTED = "grpclib 0.4.7 to 0.4.x"
+"""The range pyproject.toml declares (`make compat` runs its oldest release)."""
 _ASSUMED = {
     Connection: ("_connection", "_transport"),
     Server: ("_protocol_factory", "_handlers"),
@@ -97,7 +99,8 @@ def check() -> None:
     absent = missing()
     if absent:
         raise ConfigError(
-            f"grpclib {version()} lacks what Bastion's gRPC limits rely on ({', '.join(absent)}); supported: {VERIFIED}"
+            f"grpclib {version()} lacks what Bastion's gRPC limits rely on ({', '.join(absent)}); "
+            f"supported: {SUPPORTED}"
         )
 
 

@@ -1,4 +1,4 @@
-"""hpack internals Bastion relies on (verified on hpack 4.2.0, with h2 4.4.1).
+"""hpack internals Bastion relies on (verified on hpack 4.2.0, with h2 4.4.1; `make compat`: 4.1.0 and 4.0.0).
 
 Bastion's gRPC connections decode headers with :class:`MemoDecoder`, set on each connection's h2 state machine
 through its public ``decoder`` attribute (``use_memo_decoder``): nothing changes for any other hpack or h2 user

@@ -1,4 +1,4 @@
-"""Starlette internals Bastion relies on (verified on Starlette 1.10.0).
+"""Starlette internals Bastion relies on (verified on Starlette 1.10.0; `make compat` runs on 0.37.2 and 0.50.0).
 
 The compiled handlers (``bastion.routing._compiled``) parse a JSON body themselves and hand a request they
 cannot answer to FastAPI's handler with the body already read. They assume:
@@ -19,6 +19,13 @@ import inspect
 
 from starlette.requests import Request
 
+from bastion.types import Scope
+
+try:  # Starlette 1.x: a route's max_body_size, recorded in the scope
+    from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
+except ImportError:  # pragma: no cover - older Starlette: no body size limit in the scope
+    MAX_BODY_SIZE_SCOPE_KEY = None  # type: ignore[assignment]
+
 VERIFIED = "Starlette 1.10.0"
 """The Starlette version these assumptions were last checked on."""
 PRIVATE_NAMES = frozenset({"_body", "_json"})
@@ -37,6 +44,11 @@ def supported() -> bool:
     except (OSError, TypeError):
         return False
     return "self._body" in body and "self._json" in json
+
+
+def body_size_limited(scope: Scope) -> bool:
+    """Whether a body size limit (``starlette.middleware.body_limit``, a route's ``max_body_size``) is in force."""
+    return MAX_BODY_SIZE_SCOPE_KEY is not None and MAX_BODY_SIZE_SCOPE_KEY in scope
 
 
 def body_read(request: Request) -> bytes | None:

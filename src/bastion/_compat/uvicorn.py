@@ -1,4 +1,4 @@
-"""uvicorn internals Bastion relies on (verified on uvicorn 0.54.0).
+"""uvicorn internals Bastion relies on (verified on uvicorn 0.54.0; `make compat` runs on 0.44.0 and 0.35.0).
 
 The listener (``bastion._listener``) subclasses uvicorn's httptools protocol (``BoundedHttpProtocol``), its flow
 control (``ReadGate``), its request/response cycle (``CoalescingCycle``) and its websockets-sansio protocol, and
@@ -8,11 +8,23 @@ reads their public attributes (``pipeline``, ``cycle``, ``flow``, ``parser``, ``
 - ``HttpToolsProtocol._unset_keepalive_if_required()``: cancels the keep-alive timer when a request arrives.
 - ``HttpToolsProtocol._should_upgrade()``: whether an ``Upgrade`` request is a WebSocket upgrade uvicorn serves.
 - ``HttpToolsProtocol._unsupported_upgrade_warning()``: uvicorn's warning for an upgrade it does not serve.
+- ``WebSocketsSansIOProtocol``'s message being assembled when ``send_receive_event_to_app`` runs: ``frames`` (a
+  list of fragments, uvicorn 0.50 and later) or ``bytes`` (the fragments joined, 0.35 to 0.49), both public
+  attributes whose shape changed: ``websocket_message`` / ``forget_websocket_message`` read and clear either.
+- A refused WebSocket handshake (``websocket.http.response.*``): uvicorn 0.53 and later send the app's headers
+  (adding ``Date``, ``Connection``, ``Content-Length``, ``Content-Type`` only when absent). uvicorn 0.35 to 0.52
+  send websockets' own ``Content-Length`` and ``Content-Type`` beside the app's, two of each: an answer no client
+  reads. There, ``send_refusal`` sends it as 0.53 does, from the protocol's public ``initial_response``, ``conn``,
+  ``queue``, ``close_sent`` and ``transport`` (what uvicorn's ``send`` uses).
 - A ``RequestResponseCycle`` whose class is replaced by a subclass that only overrides ``send`` and adds class
   attributes (``adopt_cycle``) behaves as that subclass: uvicorn builds the cycle itself, in
   ``on_headers_complete``, and starts its task later.
 
 The runner (``bastion._runner``):
+
+- ``uvicorn.supervisors.Multiprocess(config, sockets=...)`` (0.53 and later) builds each worker's ``Server``;
+  before, it takes ``target`` (``Server(config=config).run``, as uvicorn's own ``main`` passes it):
+  ``multiprocess`` passes it where the signature has it.
 
 - ``uvicorn.Server._captured_signals``: the signals uvicorn re-raises after a graceful shutdown (Bastion clears
   them to exit 0). Without it the process exits with the signal, as uvicorn does.
@@ -24,17 +36,26 @@ assumption.
 
 from __future__ import annotations
 
+import email.utils
+import http
 import importlib.metadata
 import inspect
+import socket
 from typing import Any, TypeVar
 
 import uvicorn
+from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.datastructures import Headers
+from websockets.http11 import Response
 
 from bastion.errors import ConfigError
 
 VERIFIED = "uvicorn 0.54.0"
 """The uvicorn version these assumptions were last checked on."""
+SUPPORTED = "uvicorn 0.35.0 to 0.54.x"
+"""The range pyproject.toml declares (`make compat` runs its oldest release)."""
 PROTOCOL_HOOKS = ("_unset_keepalive_if_required", "_should_upgrade", "_unsupported_upgrade_warning")
 """Private methods of ``HttpToolsProtocol`` the listener calls."""
 PRIVATE_NAMES = frozenset({*PROTOCOL_HOOKS, "_captured_signals"})
@@ -65,7 +86,7 @@ def check() -> None:
     if absent:
         raise ConfigError(
             f"uvicorn {version()} lacks what Bastion's listener limits rely on ({', '.join(absent)}); "
-            f"supported: {VERIFIED}"
+            f"supported: {SUPPORTED}"
         )
 
 
@@ -88,6 +109,65 @@ def adopt_cycle(cycle: RequestResponseCycle, cycle_class: type[CycleT]) -> Cycle
     """``cycle`` (built by uvicorn, its task not started) as a ``cycle_class``: a subclass without ``__init__``."""
     cycle.__class__ = cycle_class
     return cycle  # type: ignore[return-value]
+
+
+def websocket_message(protocol: Any) -> bytes:
+    """The data message a websockets-sansio protocol has assembled (``send_receive_event_to_app`` delivers it)."""
+    frames: list[bytes] | None = getattr(protocol, "frames", None)
+    if frames is None:  # uvicorn 0.35 to 0.49: one bytes object
+        return bytes(protocol.bytes)
+    return frames[0] if len(frames) == 1 else b"".join(frames)
+
+
+def forget_websocket_message(protocol: Any) -> None:
+    """Drop the assembled message (it is refused, not delivered)."""
+    if getattr(protocol, "frames", None) is None:
+        protocol.bytes = b""
+    else:
+        protocol.frames = []
+
+
+REFUSAL_KEEPS_APP_HEADERS = 'setdefault("Content-Length"' in inspect.getsource(WebSocketsSansIOProtocol.send)
+"""Whether uvicorn sends a refused handshake's headers as the app gave them (0.53 and later)."""
+
+
+def send_refusal(protocol: Any, message: Any) -> bool:
+    """On uvicorn 0.35 to 0.52, take a ``websocket.http.response.body`` message of a refused handshake and send the
+    refusal as uvicorn 0.53 and later do (``True``: sent or kept, uvicorn's ``send`` must not run)."""
+    if REFUSAL_KEEPS_APP_HEADERS or message["type"] != "websocket.http.response.body":
+        return False
+    if protocol.initial_response is None or protocol.close_sent:
+        return False
+    status, headers, body = protocol.initial_response
+    body += message.get("body", b"")
+    protocol.initial_response = (status, headers, body)
+    if message.get("more_body", False):
+        return True
+    response_headers = Headers(headers)
+    response_headers.setdefault("Date", email.utils.formatdate(usegmt=True))
+    response_headers.setdefault("Connection", "close")
+    response_headers.setdefault("Content-Length", str(len(body)))
+    response_headers.setdefault("Content-Type", "text/plain; charset=utf-8")
+    try:
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    protocol.queue.put_nowait({"type": "websocket.disconnect", "code": 1006})
+    protocol.conn.send_response(Response(status, phrase, response_headers, body))
+    output = protocol.conn.data_to_send()
+    protocol.close_sent = True
+    protocol.transport.write(b"".join(output))
+    protocol.transport.close()
+    return True
+
+
+def multiprocess(config: Config, sockets: list[socket.socket]) -> Any:
+    """uvicorn's supervisor of ``config.workers`` worker processes serving ``sockets``."""
+    from uvicorn.supervisors import Multiprocess
+
+    if "target" in inspect.signature(Multiprocess.__init__).parameters:  # uvicorn before 0.53
+        return Multiprocess(config, target=uvicorn.Server(config=config).run, sockets=sockets)  # type: ignore[call-arg,unused-ignore]
+    return Multiprocess(config, sockets=sockets)  # type: ignore[call-arg,unused-ignore]
 
 
 def forget_captured_signals(server: uvicorn.Server) -> None:

@@ -115,7 +115,8 @@ class CoalescingTransport(asyncio.Transport):
 def _connection_error_code(exc: H2ProtocolError) -> ErrorCodes:
     """The GOAWAY code for a connection error h2 raised: its own, except a field block that does not decode,
     which RFC 9113 4.3 makes a COMPRESSION_ERROR (h2 says PROTOCOL_ERROR)."""
-    if isinstance(exc.__cause__, HPACKError) and not isinstance(exc.__cause__, OversizedHeaderListError):
+    cause = exc.__cause__ or exc.__context__  # h2 4.1 raises it inside the handler without ``from``
+    if isinstance(cause, HPACKError) and not isinstance(cause, OversizedHeaderListError):
         return ErrorCodes.COMPRESSION_ERROR
     return ErrorCodes(exc.error_code)
 

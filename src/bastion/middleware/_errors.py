@@ -60,7 +60,8 @@ _CODE_FOR_STATUS: Mapping[int, type[BastionError]] = {
 
 _MAX_VALIDATION_ITEMS = 5
 BODY_PARSE_ERROR = "There was an error parsing the body"
-"""The detail of the 400 FastAPI raises when reading or decoding a body fails (FastAPI is pinned)."""
+"""The detail of the 400 FastAPI raises when reading or decoding a body fails (the same on every supported FastAPI,
+0.115 to 0.165)."""
 
 
 def from_http_exception(exc: HTTPException) -> BastionError:

@@ -48,7 +48,6 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
-from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -250,7 +249,7 @@ class CompiledHandler:
         except HTTPException:
             raise
         except Exception as exc:  # what FastAPI's handler answers when reading the body fails
-            if MAX_BODY_SIZE_SCOPE_KEY in request.scope and (error := fastapi_compat.body_limit_error(exc)):
+            if starlette_compat.body_size_limited(request.scope) and (error := fastapi_compat.body_limit_error(exc)):
                 raise error from exc
             raise HTTPException(status_code=400, detail="There was an error parsing the body") from exc
         if not body_bytes:
@@ -372,7 +371,7 @@ def compile_route(context: Any, fallback: ASGIApp, *, inline: Collection[Callabl
     """A :class:`CompiledHandler` for the FastAPI route ``context`` (its effective route context), or ``None``
     when its shape is not one the compiled path serves exactly as FastAPI, or compiling is unavailable on the
     installed FastAPI (:func:`available`)."""
-    if not available():
+    if not available() or context is None:
         return None
     route = context.original_route
     dependant: Dependant | None = context.dependant

@@ -8,17 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
-from fastapi.routing import APIRoute, APIWebSocketRoute, RouteContext, iter_route_contexts
+from fastapi.routing import APIWebSocketRoute
 from starlette.routing import WebSocketRoute, compile_path
 
 from bastion._compat import fastapi as fastapi_compat
 from bastion.routing._compiled import compile_route
 from bastion.types import SCOPE_ROUTE, ASGIApp, Receive, Scope, Send
-
-# FastAPI's scope keys for the matched route's context (fastapi/routing.py; FastAPI is pinned).
-_FASTAPI_SCOPE, _EFFECTIVE_ROUTE_CONTEXT = "fastapi", "effective_route_context"
-
 
 DOCS_ASSET_ROUTE = "api_docs_asset"
 """The name of the routes that serve the API docs' bundled scripts and styles (not an action policies name)."""
@@ -50,27 +45,6 @@ class RouteEntry:
         object.__setattr__(self, "template", template)
         object.__setattr__(self, "regex", regex)
         object.__setattr__(self, "convertors", convertors)
-
-
-def _direct_handler(context: RouteContext) -> ASGIApp | None:
-    """Call a FastAPI route's handler directly, skipping FastAPI's second walk through the routers.
-
-    Does what FastAPI's included router does once it has matched (``bastion._compat.fastapi``): record the
-    effective route context and the route in the scope, then run the route's app inside FastAPI's exit
-    stack. ``None`` for anything that is not a plain APIRoute (the FastAPI router then dispatches it).
-    """
-    effective = fastapi_compat.route_context(context)
-    if effective is None or not isinstance(effective.original_route, APIRoute) or effective.app is None:
-        return None
-    route, app, endpoint = effective.original_route, effective.app, effective.endpoint
-
-    async def handle(scope: Scope, receive: Receive, send: Send) -> None:
-        scope["endpoint"] = endpoint
-        scope["route"] = route
-        scope.setdefault(_FASTAPI_SCOPE, {})[_EFFECTIVE_ROUTE_CONTEXT] = effective
-        await app(scope, receive, send)
-
-    return AsyncExitStackMiddleware(handle)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -123,23 +97,22 @@ class RouteTable:
         these dependencies inline; ``None`` keeps FastAPI's handler for every route.
         """
         entries: list[RouteEntry] = []
-        for context in iter_route_contexts(router.routes):
-            path = context.path
-            if path is None:
+        for view in fastapi_compat.route_views(router.routes):
+            if view.path is None:
                 continue
-            methods = context.methods
-            handler = _direct_handler(context)
-            effective = fastapi_compat.route_context(context)
-            if handler is not None and compile_with is not None and effective is not None:
-                handler = compile_route(effective, handler, inline=compile_with) or handler
+            handler = view.handler
+            if handler is not None and compile_with is not None:
+                # Compiling reads the route's effective context; without one (older FastAPI) it is off: one
+                # compiled_handlers_unavailable line (bastion.routing._compiled.available).
+                handler = compile_route(view.context, handler, inline=compile_with) or handler
             entries.append(
                 RouteEntry(
-                    path=path,
-                    methods=frozenset(methods) if methods else None,
+                    path=view.path,
+                    methods=frozenset(view.methods) if view.methods else None,
                     version=version,
-                    name=context.name,
+                    name=view.name,
                     handler=handler,
-                    websocket=isinstance(context.original_route, APIWebSocketRoute | WebSocketRoute),
+                    websocket=isinstance(view.original_route, APIWebSocketRoute | WebSocketRoute),
                 )
             )
         return entries

@@ -1,4 +1,4 @@
-"""aiosmtpd internals MailRelay relies on (verified on aiosmtpd 1.4.6, Python 3.11).
+"""aiosmtpd internals MailRelay relies on (verified on aiosmtpd 1.4.6, Python 3.11; `make compat`: 1.4.5, 1.4.4).
 
 ``RelaySMTP`` keeps aiosmtpd's transport plumbing (the stream reader and writer, the idle timer, the STARTTLS
 transport switch) and replaces its command loop. :class:`SmtpTransport` is the one place that reaches into
@@ -34,6 +34,8 @@ from bastion_core import ConfigError
 
 VERIFIED = "aiosmtpd 1.4.6"
 """The aiosmtpd version these assumptions were last checked on."""
+SUPPORTED = "aiosmtpd 1.4.4 to 1.4.x"
+"""The range pyproject.toml declares (`make compat` runs its oldest release)."""
 METHODS = ("_reset_timeout", "_timeout_cb", "_handle_client")
 ATTRIBUTES = ("_reader", "_writer", "_tls_protocol", "_original_transport", "_timeout_duration")
 PRIVATE_NAMES = frozenset({*METHODS, *ATTRIBUTES})
@@ -62,7 +64,7 @@ def check() -> None:
     if absent:
         raise ConfigError(
             f"aiosmtpd {version()} lacks what MailRelay's SMTP server relies on ({', '.join(absent)}); "
-            f"supported: {VERIFIED}"
+            f"supported: {SUPPORTED}"
         )
 
 

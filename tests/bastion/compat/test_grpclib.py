@@ -69,7 +69,9 @@ def test_every_assumed_internal_is_there() -> None:
 
 def test_start_up_refuses_when_an_internal_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grpclib_compat, "missing", lambda: ["grpclib.server.Server._protocol_factory"])
-    with pytest.raises(ConfigError, match=r"lacks .*Server._protocol_factory.*; supported: grpclib 0\.4\.9$"):
+    with pytest.raises(
+        ConfigError, match=r"lacks .*Server._protocol_factory.*; supported: grpclib 0\.4\.7 to 0\.4\.x$"
+    ):
         grpclib_compat.check()
 
 
@@ -124,8 +126,12 @@ def call(cardinality: Cardinality = Cardinality.UNARY_UNARY) -> tuple[Stream[Any
     return stream, h2_stream
 
 
-def test_the_version_is_the_one_verified() -> None:
-    assert grpclib.__version__ == "0.4.9", "re-check bastion/_compat/grpclib.py against this grpclib, then update"
+def test_the_version_is_one_verified() -> None:
+    """0.4.9: the newest (`make test`); 0.4.8 and 0.4.7: `make compat`'s middle and oldest sets. Every assumption
+    holds on each (no feature depends on the version)."""
+    assert grpclib.__version__ in {"0.4.9", "0.4.8", "0.4.7"}, (
+        "re-check bastion/_compat/grpclib.py against this grpclib, then update"
+    )
 
 
 async def test_recv_bytes_reads_exactly_the_size_asked() -> None:

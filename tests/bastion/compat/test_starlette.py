@@ -27,10 +27,20 @@ def request(body: bytes) -> Request:
     return Request({"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}, receive)
 
 
-def test_the_version_is_the_one_verified() -> None:
-    assert starlette.__version__ == "1.10.0", (
+# Starlette release -> whether it records a route's body size limit in the scope (starlette.middleware.body_limit).
+BODY_LIMIT = {"1.10.0": True, "0.50.0": False, "0.37.2": False}
+"""1.10.0: the newest (`make test`); 0.50.0 and 0.37.2: `make compat`'s middle and oldest sets."""
+
+
+def test_the_version_is_one_verified() -> None:
+    assert starlette.__version__ in BODY_LIMIT, (
         "re-check bastion/_compat/starlette.py against this Starlette, then update"
     )
+
+
+def test_the_body_limit_key_is_read_where_starlette_has_one() -> None:
+    assert (starlette_compat.MAX_BODY_SIZE_SCOPE_KEY is not None) is BODY_LIMIT[starlette.__version__]
+    assert not starlette_compat.body_size_limited({"type": "http"})
 
 
 def test_the_hooks_are_there() -> None:
