@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -90,6 +91,10 @@ class BastionApp:
             parts, settings, routes=routes, health=self.health, metrics=metrics, callbacks=callbacks
         )
         if self.policy is not None:
+            # An authenticated request that reaches nothing is the empty 404, not a policy question.
+            self.policy.exemptions = dataclasses.replace(
+                self.policy.exemptions, unmatched=self.dispatcher.reaches_nothing
+            )
             # Needs the route table: the policies are checked against what this app serves (and so is a reload).
             self.policy.use_schema(partial(check_policies, self.policy_schema()))
         self.steps = list(
