@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from bastion._parts import GrpcExtractor, GrpcFinish, Slot
 from bastion._pipeline import Step
 from bastion._request_ids import new_request_id, sane_request_id
 from bastion._task_deadline import TaskDeadline
-from bastion.errors import BastionError, TokenError
+from bastion.errors import BastionError, NotFound, TokenError
 from bastion.types import SCOPE_GRPC_RESOURCE, SCOPE_REQUEST_ID, Scope
 from bastion_core import running_loop
 
@@ -238,7 +239,11 @@ class GrpcGuard:
                 except BaseException:
                     await _finish(finishes, None)
                     raise
-                scope[SCOPE_GRPC_RESOURCE] = dict(guard.extractors[method](first)) if first is not None else {}
+                try:
+                    scope[SCOPE_GRPC_RESOURCE] = await guard._resource(method, first)
+                except BastionError as exc:  # the extractor's NotFound: answered before the policy
+                    await _finish(finishes, None)
+                    raise _rejected(exc) from None
                 await guard._run(deferred, scope, finishes)
                 replay = [first]
                 original = stream.recv_message
@@ -270,6 +275,17 @@ class GrpcGuard:
                     guard.idle.set()
 
         return guarded
+
+    async def _resource(self, method: str, message: Any) -> dict[str, Any]:
+        """The resource attributes of ``method``'s extractor for ``message``; ``None`` from it is NotFound."""
+        if message is None:
+            return {}
+        attributes = self.extractors[method](message)
+        if inspect.isawaitable(attributes):
+            attributes = await attributes
+        if attributes is None:
+            raise NotFound()
+        return dict(attributes)
 
     def _bounded_recv(self, stream: Any) -> Callable[[], Awaitable[Any]]:
         """grpclib's recv_message, reading the message itself to refuse a broken one as the client's fault
