@@ -202,6 +202,7 @@ class BastionApp:
             max_message_size=settings.grpc.max_message_size,
             message_timeout_secs=settings.middleware.timeout_secs,
             extractors=self.parts.grpc_extractors,
+            exception_handlers=self.parts.exception_handlers,
             metrics=self.metrics,
             tracer=self.tracer,
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.routing import BaseRoute
 
+from bastion._exception_handlers import ExceptionHandlers
 from bastion._guard import Guard, Outcome, grpc_check, guard_layer, skipping_built_in
 from bastion._health import ReadinessCheck
 from bastion.broker._specs import BrokerPlan
@@ -101,3 +102,4 @@ class ServiceParts:
     """Attributes (name -> Cedar type) an extractor declared, by its route, action or gRPC method: the policy
     schema's resource attributes (``bastion.policy._schema``)."""
     lifespan: Lifespan | None = None
+    exception_handlers: ExceptionHandlers = field(default_factory=ExceptionHandlers)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from starlette.routing import BaseRoute
 
 from bastion._callables import as_async, check_shape
+from bastion._exception_handlers import ExceptionHandler, ExceptionHandlers, register
 from bastion._guard import Guard
 from bastion._health import ReadinessCheck
 from bastion._parts import GrpcExtractor, GrpcHook, Hook, Layer, Lifespan, ServiceParts, Slot, SlotUse
@@ -106,6 +107,7 @@ class Service:
         self._subscribers: list[SubscriberSpec] = []
         self._consumers: list[ConsumerSpec] = []
         self._responders: list[ResponderSpec] = []
+        self._exception_handlers: dict[type[BaseException], Any] = {}
 
     @_before_build
     def version(self, number: int, **kwargs: Any) -> ApiVersion:
@@ -378,6 +380,18 @@ class Service:
         self._shutdown.append(as_async(hook, what="on_shutdown", arguments=0))
         return hook
 
+    @_before_build
+    def exception_handler(self, exc_class: type[Exception]) -> Callable[[ExceptionHandler], ExceptionHandler]:
+        """Decorator, as FastAPI's: ``handler(request, exc)`` answers ``exc_class`` (and subclasses) with a
+        BastionError (rendered in the error shape; over gRPC its ``grpc_status``) or a Response, inside the
+        pipeline's outer steps. ``@v2.exception_handler`` wins for v2's routes (docs/pipeline.md)."""
+
+        def add(handler: ExceptionHandler) -> ExceptionHandler:
+            register(self._exception_handlers, exc_class, handler)
+            return handler
+
+        return add
+
     def build(self, settings: Settings | None = None, *, tracer_provider: Any = None) -> BastionApp:
         """The ASGI application for ``settings`` (embedded defaults when ``None``).
 
@@ -412,6 +426,12 @@ class Service:
             grpc_extractors=MappingProxyType(dict(self._grpc_extractors)),
             resource_attributes=MappingProxyType(dict(self._resource_attributes)),
             lifespan=self.lifespan,
+            exception_handlers=ExceptionHandlers(
+                service=MappingProxyType(dict(self._exception_handlers)),
+                versions=MappingProxyType(
+                    {number: MappingProxyType(dict(v.exception_handlers)) for number, v in self.api.versions.items()}
+                ),
+            ),
             resilience=tuple(self._resilience),
             broker=BrokerPlan(
                 streams=tuple(self._streams),

@@ -22,6 +22,7 @@ from grpclib.exceptions import GRPCError
 from bastion import _tracing as tracing
 from bastion._client_ip import parse_ip
 from bastion._compat import grpclib as grpclib_compat
+from bastion._exception_handlers import ExceptionHandlers, grpc_status_of
 from bastion._metrics import NO_METRICS, Metrics
 from bastion._parts import GrpcExtractor, GrpcFinish, Slot
 from bastion._pipeline import Step
@@ -134,7 +135,9 @@ class GrpcGuard:
         extractors: Mapping[str, GrpcExtractor] | None = None,
         metrics: Metrics = NO_METRICS,
         tracer: tracing.Tracer | None = None,
+        exception_handlers: ExceptionHandlers | None = None,
     ) -> None:
+        self.exception_handlers = exception_handlers or ExceptionHandlers()
         self.metrics = metrics
         self.tracer = tracer
         self.steps = [step for step in steps if step.grpc is not None]
@@ -265,6 +268,13 @@ class GrpcGuard:
                 # handler for both; so does a shutdown): nothing the breaker should learn from.
                 outcome = None
                 raise
+            except Exception as exc:
+                handled = await guard._handled(exc, scope)
+                if handled is None:
+                    outcome = _status_name(exc)
+                    raise
+                outcome = handled.grpc_status
+                raise grpc_error(handled) from None
             except BaseException as exc:
                 outcome = _status_name(exc)
                 raise
@@ -286,6 +296,19 @@ class GrpcGuard:
         if attributes is None:
             raise NotFound()
         return dict(attributes)
+
+    async def _handled(self, exc: Exception, scope: Scope) -> BastionError | None:
+        """The error the service's exception handler for ``exc`` answers (``None`` without one)."""
+        if isinstance(exc, GRPCError) or not self.exception_handlers:
+            return None
+        try:
+            handled = await self.exception_handlers.handle(exc, scope)
+        except Exception as failure:
+            log.error(
+                "exception_handler_failed", grpc_method=scope["path"], handled=type(exc).__name__, exc_info=failure
+            )
+            return BastionError()
+        return None if handled is None else grpc_status_of(handled)
 
     def _bounded_recv(self, stream: Any) -> Callable[[], Awaitable[Any]]:
         """grpclib's recv_message, reading the message itself to refuse a broken one as the client's fault

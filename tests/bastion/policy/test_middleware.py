@@ -10,6 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
 from structlog.testing import capture_logs
 
 from bastion import BastionApp, Claims, Service, Settings, load_settings
@@ -131,6 +133,30 @@ class TestExampleMatrix:
             user = await client.get("/api/v2/things/42", headers=bearer(minter))
             admin = await client.get("/api/v2/things/42", headers=bearer(minter, "root", ("admin",)))
         assert [(user.status_code, user.content), (admin.status_code, admin.content)] == [(404, b"")] * 2
+
+
+class TestUnmatchedPaths:
+    async def test_without_a_token_an_unmatched_path_is_401(self, app: BastionApp) -> None:
+        async with client_for(app) as client:
+            response = await client.get("/api/v2/nonexistent")
+        assert response.status_code == 401
+
+    async def test_with_a_fallback_every_path_is_still_decided(
+        self, make_settings: Callable[..., Settings], minter: TokenMinter
+    ) -> None:
+        """The fallback serves unmatched paths, so they are a policy question: a user is denied, an admin served."""
+        service = example_service()
+
+        async def fallback(request: Request) -> PlainTextResponse:
+            return PlainTextResponse("fallback")
+
+        service.set_fallback(fallback)
+        app = service.build(make_settings())
+        async with client_for(app) as client:
+            user = await client.get("/nonexistent", headers=bearer(minter))
+            admin = await client.get("/nonexistent", headers=bearer(minter, "root", ("admin",)))
+        await app.aclose()
+        assert [user.status_code, (admin.status_code, admin.text)] == [403, (200, "fallback")]
 
 
 class TestBypassPaths:
