@@ -46,20 +46,30 @@ class ExceptionHandlers:
     def __bool__(self) -> bool:
         return bool(self.service) or any(self.versions.values())
 
-    def find(self, exc: BaseException, version: int | None) -> Callable[[Request, Any], Awaitable[Any]] | None:
-        """The handler for ``exc``: the closest class in its MRO, the version's handlers before the service's."""
+    def find(
+        self, exc: BaseException, version: int | None, *, rendered: bool = False
+    ) -> Callable[[Request, Any], Awaitable[Any]] | None:
+        """The handler for ``exc``: the closest class in its MRO, the version's handlers before the service's.
+
+        ``rendered``: Bastion already has an answer for ``exc`` (a BastionError such as a 401 or 403, an
+        ``HTTPException``, a validation error); only a handler registered for one of its own classes takes it,
+        a catch-all one (``Exception``) does not, so it cannot turn the pipeline's rejections into something else.
+        """
         tables = [self.versions.get(version, {}), self.service] if version is not None else [self.service]
+        mro = type(exc).__mro__
+        if rendered:
+            mro = mro[: mro.index(Exception)]
         for table in tables:
-            for cls in type(exc).__mro__:
+            for cls in mro:
                 handler = table.get(cls)
                 if handler is not None:
                     return handler
         return None
 
-    async def handle(self, exc: BaseException, scope: Scope) -> Handled | None:
+    async def handle(self, exc: BaseException, scope: Scope, *, rendered: bool = False) -> Handled | None:
         """What the handler for ``exc`` returns (``None`` when there is none); a BastionError it raises counts as
         returned. A gRPC call's request is the call as an HTTP/2 POST: method path and metadata, no body."""
-        handler = self.find(exc, scope.get(SCOPE_API_VERSION))
+        handler = self.find(exc, scope.get(SCOPE_API_VERSION), rendered=rendered)
         if handler is None:
             return None
         request = Request({**scope, "type": "http"}, _no_body) if scope["type"] == "grpc" else Request(scope)

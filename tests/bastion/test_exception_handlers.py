@@ -135,3 +135,20 @@ def test_wrong_shaped_handler_is_refused_at_registration(exc_class: Any, handler
     with pytest.raises(ConfigError) as raised:
         Service("x").exception_handler(exc_class)(handler)
     assert str(raised.value) == message
+
+
+async def test_catch_all_handler_never_rewrites_the_pipelines_rejections() -> None:
+    """A handler for Exception answers the domain's exceptions, not a 401 (nor a 403, 404, 422 ...)."""
+    service = locking_service()
+
+    @service.exception_handler(Exception)
+    def everything(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"caught": type(exc).__name__}, status_code=200)
+
+    async with AsyncServiceClient(service) as client:
+        anonymous = await client.get("/api/v1/boom")
+        boom = await client.as_user("alice").get("/api/v1/boom")
+    assert [(anonymous.status_code, anonymous.json()["code"]), (boom.status_code, boom.json())] == [
+        (401, "UNAUTHORIZED"),
+        (200, {"caught": "KeyError"}),
+    ]

@@ -237,7 +237,7 @@ class ErrorRenderingMiddleware:
         if self.handlers is None:
             return None
         try:
-            return await self.handlers.handle(exc, scope)
+            return await self.handlers.handle(exc, scope, rendered=as_bastion_error(exc) is not None)
         except Exception as failure:
             log.error("exception_handler_failed", path=scope["path"], handled=type(exc).__name__, exc_info=failure)
             return BastionError()
