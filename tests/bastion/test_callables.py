@@ -13,7 +13,7 @@ from fastapi import Request
 from starlette.responses import PlainTextResponse
 
 from bastion import ConfigError, Service
-from bastion.testing import AsyncServiceClient
+from bastion.testing import AsyncServiceClient, ServiceClient
 
 OWNERS_ONLY = (
     "permit(principal, action, resource) when { resource has owner_id && resource.owner_id == principal.sub };\n"
@@ -173,11 +173,11 @@ async def test_lifespan_context_runs_around_the_service_and_shares_its_state() -
 
     @v1.get("/pool")
     async def pool(request: Request) -> dict[str, Any]:
-        return {"pool": request.app.state.pool, "events": list(events)}
+        return {"pool": request.state.pool, "app_pool": request.app.state.pool, "events": list(events)}
 
     async with AsyncServiceClient(service) as client:
         during = (await client.as_user("alice").get("/api/v1/pool")).json()
-    assert during == {"pool": "the-pool", "events": ["enter"]}
+    assert during == {"pool": "the-pool", "app_pool": "the-pool", "events": ["enter"]}
     assert events == ["enter", "exit", "shutdown hook"]
 
 
@@ -192,3 +192,19 @@ async def test_lifespan_that_is_not_a_context_manager_stops_the_start_with_one_l
         "service 'bad-lifespan' failed to start: ConfigError: Service(lifespan=...): lifespan(app) returned coroutine; "
         "expected an async context manager (decorate it with @contextlib.asynccontextmanager)"
     )
+
+
+def test_lifespan_state_reaches_requests_through_the_sync_client() -> None:
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[dict[str, Any]]:
+        yield {"pool": "sync-pool"}
+
+    service = Service("lifespan-sync", lifespan=lifespan)
+    v1 = service.version(1)
+
+    @v1.get("/pool")
+    def pool(request: Request) -> dict[str, Any]:
+        return {"pool": request.state.pool}
+
+    with ServiceClient(service) as client:
+        assert client.as_user("alice").get("/api/v1/pool").json() == {"pool": "sync-pool"}
