@@ -72,7 +72,11 @@ class ExceptionHandlers:
         handler = self.find(exc, scope.get(SCOPE_API_VERSION), rendered=rendered)
         if handler is None:
             return None
-        request = Request({**scope, "type": "http"}, _no_body) if scope["type"] == "grpc" else Request(scope)
+        if scope["type"] == "grpc":
+            call = {"scheme": "http", "server": None, "root_path": "", "query_string": b"", **scope, "type": "http"}
+            request = Request(call, _no_body)
+        else:
+            request = Request(scope)
         try:
             result = await handler(request, exc)
         except BastionError as error:

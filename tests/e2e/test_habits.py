@@ -17,7 +17,7 @@ from tests.conftest import BastionProcess
 from tests.e2e.apps.habits_service import POLICY
 
 APP = "tests.e2e.apps.habits_service:service"
-LOCKED = {"error": "Document locked is locked", "code": "DOCUMENT_LOCKED", "status": 423}
+LOCKED = {"error": "Document locked is locked (/api/v1/docs/locked)", "code": "DOCUMENT_LOCKED", "status": 423}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_domain_exception_over_grpc_gets_the_handlers_grpc_status(
         stub.GetDocument(pb.GetDocumentRequest(user_id="alice", doc_id="locked"), metadata=metadata, timeout=10)
     assert (raised.value.code(), raised.value.details()) == (
         grpc.StatusCode.FAILED_PRECONDITION,
-        "Document locked is locked",
+        "Document locked is locked (/documents.v1.DocumentService/GetDocument)",
     )
 
 

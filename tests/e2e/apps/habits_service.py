@@ -79,7 +79,7 @@ def grpc_owner(request: Any) -> dict[str, str] | None:
 
 @service.exception_handler(DocumentLocked)
 def locked(request: Any, exc: DocumentLocked) -> Locked:
-    return Locked(f"Document {exc} is locked")
+    return Locked(f"Document {exc} is locked ({request.url.path})")
 
 
 __all__ = ["service"]
