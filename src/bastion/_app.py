@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import inspect
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -52,6 +54,7 @@ class BastionApp:
         self.tracer = self.tracing.tracer if self.tracing is not None else None
         self.metrics.traced = self.tracer is not None  # the steps' outcomes also go on the request's span
         self._watcher: asyncio.Task[None] | None = None
+        self._lifespan_context: contextlib.AbstractAsyncContextManager[Any] | None = None
         self.grpc: Any = None  # bastion.grpc._server.GrpcServer once started
         self.built = self._assemble(names)
         self.stack = self.built.stack
@@ -91,6 +94,10 @@ class BastionApp:
             parts, settings, routes=routes, health=self.health, metrics=metrics, callbacks=callbacks
         )
         if self.policy is not None:
+            # An authenticated request that reaches nothing is the empty 404, not a policy question.
+            self.policy.exemptions = dataclasses.replace(
+                self.policy.exemptions, unmatched=self.dispatcher.reaches_nothing
+            )
             # Needs the route table: the policies are checked against what this app serves (and so is a reload).
             self.policy.use_schema(partial(check_policies, self.policy_schema()))
         self.steps = list(
@@ -198,6 +205,7 @@ class BastionApp:
             max_message_size=settings.grpc.max_message_size,
             message_timeout_secs=settings.middleware.timeout_secs,
             extractors=self.parts.grpc_extractors,
+            exception_handlers=self.parts.exception_handlers,
             metrics=self.metrics,
             tracer=self.tracer,
         )
@@ -233,6 +241,7 @@ class BastionApp:
                 try:
                     for hook in self.parts.startup:
                         await hook()
+                    await self._enter_lifespan(scope)
                     if self.broker is not None:
                         await self.broker.start()
                     if self.audit_sink is not None:
@@ -253,7 +262,7 @@ class BastionApp:
                 log.info("service_started", service=self.name, version=self.version)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                for hook in [*reversed(self.parts.shutdown), self.aclose]:
+                for hook in [self._exit_lifespan, *reversed(self.parts.shutdown), self.aclose]:
                     try:
                         await hook()
                     except Exception as exc:
@@ -261,3 +270,27 @@ class BastionApp:
                 log.info("service_stopped", service=self.name)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _enter_lifespan(self, scope: Scope) -> None:
+        """Enter the service's ``lifespan(app)`` context; the mapping it yields joins the lifespan state."""
+        if self.parts.lifespan is None:
+            return
+        context = self.parts.lifespan(self)
+        if not isinstance(context, contextlib.AbstractAsyncContextManager):
+            if inspect.iscoroutine(context):
+                context.close()  # an `async def` missing its @asynccontextmanager: never to be awaited
+            raise ConfigError(
+                f"Service(lifespan=...): lifespan(app) returned {type(context).__name__}; expected an async context "
+                "manager (decorate it with @contextlib.asynccontextmanager)"
+            )
+        state = await context.__aenter__()
+        self._lifespan_context = context
+        if state is not None:
+            scope.setdefault("state", {}).update(state)
+            for name, value in state.items():
+                setattr(self.state, name, value)
+
+    async def _exit_lifespan(self) -> None:
+        context, self._lifespan_context = self._lifespan_context, None
+        if context is not None:
+            await context.__aexit__(None, None, None)

@@ -302,6 +302,7 @@ def steps(
             policy=security.policy,
             resilience=[(layer.name, layer) for layer in resilience],
             operator=parts.slots,
+            exception_handlers=parts.exception_handlers,
         )
     )
 

@@ -21,7 +21,7 @@ from bastion._health import ALWAYS_PUBLIC
 from bastion.middleware._errors import as_bastion_error
 from bastion.middleware._limits import stalled_on_body
 from bastion.routing._resolve import ResolvedRoute
-from bastion.types import SCOPE_ROUTE, ASGIApp, Message, Receive, Scope, Send
+from bastion.types import SCOPE_CLAIMS, SCOPE_ROUTE, ASGIApp, Message, Receive, Scope, Send
 
 Outcome = Callable[[str | None], Awaitable[None]]
 """Called once a checked connection is over, with its outcome as a gRPC status name, or ``None`` when the outcome
@@ -54,6 +54,9 @@ class Exemptions:
     - ``public_routes``: framework routes marked public (the API docs with ``service.api_docs_public``) pass.
     - ``other_methods``: a request whose path exists only with other methods passes (the dispatcher answers 405
       the same for every caller).
+    - ``unmatched``: says whether an HTTP request or WebSocket handshake reaches nothing the service serves; one
+      that does not and carries claims (an authenticated caller) passes: the dispatcher answers the empty 404.
+      An anonymous one is still checked, so route existence is not revealed to it (docs/policy.md).
     """
 
     scope_types: frozenset[str] = EVERY_CONNECTION
@@ -62,6 +65,7 @@ class Exemptions:
     preflight: bool = False
     public_routes: bool = False
     other_methods: bool = False
+    unmatched: Callable[[Scope], bool] | None = None
 
     def skips(self, scope: Scope) -> bool:
         """Whether the connection of ``scope`` passes unchecked."""
@@ -83,6 +87,8 @@ class Exemptions:
                 if route.method_allowed:
                     return self.public_routes and route.entry.public
                 return self.other_methods
+        if self.unmatched is not None and scope.get(SCOPE_CLAIMS) is not None:
+            return self.unmatched(scope)
         return False
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.routing import BaseRoute
 
+from bastion._exception_handlers import ExceptionHandlers
 from bastion._guard import Guard, Outcome, grpc_check, guard_layer, skipping_built_in
 from bastion._health import ReadinessCheck
 from bastion.broker._specs import BrokerPlan
@@ -23,6 +25,9 @@ from bastion.types import ASGIApp, Scope
 Layer = Callable[[ASGIApp], ASGIApp]
 """``app -> app``: an ASGI middleware factory (``functools.partial(SomeMiddleware, option=...)``)."""
 Hook = Callable[[], Awaitable[None]]
+Lifespan = Callable[[Any], AbstractAsyncContextManager[Mapping[str, Any] | None]]
+"""``lifespan(app)``: an async context manager entered after the start-up hooks and left before the shutdown
+hooks (FastAPI's and Starlette's ``lifespan=``); a mapping it yields is the lifespan state (``request.state``)."""
 GrpcFinish = Outcome
 """Called when a gRPC call is over with its status name (``"OK"``, ``"INTERNAL"``, ...), or ``None`` when its
 outcome says nothing about the service: its handler never ran (a later step refused the call), or the client
@@ -35,7 +40,8 @@ The scope has ``type`` ``"grpc"``, ``method`` ``"POST"``, ``path`` ``/pkg.Servic
 call's metadata, lower-case names, latin-1 bytes), ``client`` and the request id; a token hook may write
 ``scope[SCOPE_CLAIMS]`` for the rate limiter and the policy after it.
 """
-GrpcExtractor = Callable[[Any], Mapping[str, Any]]
+GrpcExtractor = Callable[[Any], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
+"""``message -> resource attributes`` for a gRPC method (``def`` or ``async def``)."""
 
 
 class Slot(enum.Enum):
@@ -95,3 +101,5 @@ class ServiceParts:
     resource_attributes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Attributes (name -> Cedar type) an extractor declared, by its route, action or gRPC method: the policy
     schema's resource attributes (``bastion.policy._schema``)."""
+    lifespan: Lifespan | None = None
+    exception_handlers: ExceptionHandlers = field(default_factory=ExceptionHandlers)

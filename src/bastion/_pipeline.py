@@ -16,7 +16,8 @@ The capability steps are guards (``bastion._guard``): one check and its exemptio
                         endpoint ([metrics], [tracing], [middleware.access_log])
     panic_recovery      an exception escaping the outer steps -> logged 500 in the error shape
     cors                preflights answered here, never reach auth                    (on when origins are set)
-    error_rendering     errors raised further in -> {"error","code","status"}
+    error_rendering     errors raised further in -> {"error","code","status"}; a domain exception the
+                        service has an exception handler for -> what that handler returns
     path_normalization  merge //, resolve ./.. once: every later step sees one path
     timeout             504 when the handler is too slow
     body_limit          413 over middleware.max_body_bytes; 400 for JSON nested deeper than max_json_depth
@@ -37,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from bastion._exception_handlers import ExceptionHandlers
 from bastion._guard import Guard, grpc_check, guard_layer
 from bastion._metrics import Metrics
 from bastion._parts import GrpcHook, Layer, Slot, SlotUse
@@ -97,6 +99,7 @@ def pipeline(
     resilience: Sequence[tuple[str, Guard]] = (),
     operator: Mapping[Slot, Sequence[SlotUse]],
     builtin_paths: frozenset[str] = frozenset(),
+    exception_handlers: ExceptionHandlers | None = None,
 ) -> list[Step]:
     """The steps for these settings, outermost first (the order in the module docstring)."""
     middleware = settings.middleware
@@ -119,7 +122,7 @@ def pipeline(
         else None,
         Step("panic_recovery", PanicRecoveryMiddleware),
         Step("cors", partial(CorsMiddleware, settings=middleware.cors)) if cors_enabled(middleware.cors) else None,
-        Step("error_rendering", ErrorRenderingMiddleware),
+        Step("error_rendering", partial(ErrorRenderingMiddleware, handlers=exception_handlers)),
         Step("path_normalization", PathNormalizationMiddleware),
         Step("timeout", partial(TimeoutMiddleware, timeout_secs=middleware.timeout_secs)),
         Step(

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from starlette.routing import BaseRoute
 
+from bastion._callables import as_async, check_shape
+from bastion._exception_handlers import ExceptionHandler, ExceptionHandlers, register
 from bastion._guard import Guard
-from bastion._health import Check, ReadinessCheck
-from bastion._parts import GrpcExtractor, GrpcHook, Hook, Layer, ServiceParts, Slot, SlotUse
+from bastion._health import ReadinessCheck
+from bastion._parts import GrpcExtractor, GrpcHook, Hook, Layer, Lifespan, ServiceParts, Slot, SlotUse
 from bastion.broker._handlers import BoundHandler
 from bastion.broker._handlers import Handler as BrokerHandler
 from bastion.broker._specs import BrokerPlan, ConsumerSpec, ResponderSpec, Retention, StreamSpec, SubscriberSpec
@@ -65,9 +67,22 @@ class Service:
 
     ``bastion run module:service`` builds it with the loaded settings. Business routes are registered only
     through :meth:`version` (or the :class:`VersionedApi` passed in); there is no unversioned route method.
+
+    Every callable it takes may be a ``def`` (run in the thread pool) or an ``async def``; one of the wrong
+    shape is refused at registration (ConfigError). ``lifespan``: FastAPI's (:data:`~bastion._parts.Lifespan`).
     """
 
-    def __init__(self, name: str | None = None, *, version: str | None = None, api: VersionedApi | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        version: str | None = None,
+        api: VersionedApi | None = None,
+        lifespan: Lifespan | None = None,
+    ) -> None:
+        if lifespan is not None:
+            check_shape(lifespan, what="Service(lifespan=...)", arguments=1)
+        self.lifespan = lifespan
         self.name = name
         self.service_version = version
         self.api = api or VersionedApi()
@@ -92,6 +107,7 @@ class Service:
         self._subscribers: list[SubscriberSpec] = []
         self._consumers: list[ConsumerSpec] = []
         self._responders: list[ResponderSpec] = []
+        self._exception_handlers: dict[type[BaseException], Any] = {}
 
     @_before_build
     def version(self, number: int, **kwargs: Any) -> ApiVersion:
@@ -105,21 +121,27 @@ class Service:
         self.api.deprecate(number, replacement=replacement, sunset=sunset, message=message)
 
     @_before_build
-    def add_readiness_check(self, name: str, check: Check, *, optional: bool = False) -> None:
-        """Add a ``/ready`` dependency check; a failing non-optional check makes ``/ready`` answer 503."""
+    def add_readiness_check(self, name: str, check: Callable[[], object], *, optional: bool = False) -> None:
+        """Add a ``/ready`` dependency check (``def`` or ``async def``, no arguments); a non-optional check that
+        raises, times out or returns ``False`` makes ``/ready`` answer 503."""
         if any(existing.name == name for existing in self._checks):
             raise ConfigError(f"readiness check {name!r} is registered twice")
-        self._checks.append(ReadinessCheck(name=name, check=check, optional=optional))
+        checked = as_async(check, what=f"add_readiness_check({name!r})", arguments=0)
+        self._checks.append(ReadinessCheck(name=name, check=checked, optional=optional))
 
     @_before_build
     def frontend(self, routes: Sequence[BaseRoute], *, fallback: FallbackHandler | None = None) -> None:
         """Unversioned frontend routes (pages, static files), matched after the versioned API."""
         self._frontend = list(routes)
+        if fallback is not None:
+            check_shape(fallback, what="frontend(fallback=...)", arguments=1)
         self._frontend_fallback = handler_app(fallback) if fallback is not None else None
 
     @_before_build
     def set_fallback(self, handler: FallbackHandler) -> None:
-        """Handle unmatched paths with ``async def handler(request) -> Response``. The last call wins."""
+        """Handle unmatched paths with ``handler(request) -> Response`` (``def`` or ``async def``). The last call
+        wins."""
+        check_shape(handler, what="set_fallback()", arguments=1)
         self._fallback = handler_app(handler)
         self._fallback_is_app = False
 
@@ -148,8 +170,10 @@ class Service:
         self, route: str, *, attributes: Mapping[str, type] | None = None
     ) -> Callable[[ResourceExtractor], ResourceExtractor]:
         """Decorator: add resource attributes for ``route`` (a template such as ``/api/v1/documents/{user_id}/{doc_id}``
-        or an action such as ``GET /api/v1/...``). The function gets ``(scope, path_params)`` and returns a
-        mapping (or an awaitable of one), e.g. ``owner_id`` from a storage lookup.
+        or an action such as ``GET /api/v1/...``). The function (``def`` or ``async def``) gets
+        ``(scope, path_params)`` and returns a mapping, e.g. ``owner_id`` from a storage lookup. When the
+        resource does not exist it raises :class:`~bastion.errors.NotFound` (or returns ``None``): the request
+        is answered 404 before the policy is asked (docs/policy.md, "Missing routes and resources").
 
         ``attributes`` (``{"owner_id": str}``; str, int or bool) declares what it returns, for the policy
         schema: policies are then checked against exactly these. Undeclared, the route's resource accepts any
@@ -157,7 +181,7 @@ class Service:
         declared = None if attributes is None else cedar_attributes(f"resource_extractor({route!r})", attributes)
 
         def register(extractor: ResourceExtractor) -> ResourceExtractor:
-            self._extractors[route] = extractor
+            self._extractors[route] = as_async(extractor, what=f"resource_extractor({route!r})", arguments=2)
             if declared is not None:
                 self._resource_attributes[route] = declared
             return extractor
@@ -181,7 +205,9 @@ class Service:
         declared = None if attributes is None else cedar_attributes(f"grpc_resource_extractor({method!r})", attributes)
 
         def register(extractor: GrpcExtractor) -> GrpcExtractor:
-            self._grpc_extractors[method] = extractor
+            self._grpc_extractors[method] = as_async(
+                extractor, what=f"grpc_resource_extractor({method!r})", arguments=1
+            )
             if declared is not None:
                 self._resource_attributes[method] = declared
             return extractor
@@ -343,14 +369,28 @@ class Service:
         return register
 
     @_before_build
-    def on_startup(self, hook: Hook) -> Hook:
-        self._startup.append(hook)
+    def on_startup(self, hook: Callable[[], Any]) -> Callable[[], Any]:
+        """Decorator: run ``hook()`` at start-up, in registration order; one that raises stops the start-up."""
+        self._startup.append(as_async(hook, what="on_startup", arguments=0))
         return hook
 
     @_before_build
-    def on_shutdown(self, hook: Hook) -> Hook:
-        self._shutdown.append(hook)
+    def on_shutdown(self, hook: Callable[[], Any]) -> Callable[[], Any]:
+        """Decorator: run ``hook()`` at shutdown, in reverse registration order."""
+        self._shutdown.append(as_async(hook, what="on_shutdown", arguments=0))
         return hook
+
+    @_before_build
+    def exception_handler(self, exc_class: type[Exception]) -> Callable[[ExceptionHandler], ExceptionHandler]:
+        """Decorator, as FastAPI's: ``handler(request, exc)`` answers ``exc_class`` (and subclasses) with a
+        BastionError (rendered in the error shape; over gRPC its ``grpc_status``) or a Response, inside the
+        pipeline's outer steps. ``@v2.exception_handler`` wins for v2's routes (docs/pipeline.md)."""
+
+        def add(handler: ExceptionHandler) -> ExceptionHandler:
+            register(self._exception_handlers, exc_class, handler)
+            return handler
+
+        return add
 
     def build(self, settings: Settings | None = None, *, tracer_provider: Any = None) -> BastionApp:
         """The ASGI application for ``settings`` (embedded defaults when ``None``).
@@ -385,6 +425,13 @@ class Service:
             grpc_services=tuple(self._grpc_services),
             grpc_extractors=MappingProxyType(dict(self._grpc_extractors)),
             resource_attributes=MappingProxyType(dict(self._resource_attributes)),
+            lifespan=self.lifespan,
+            exception_handlers=ExceptionHandlers(
+                service=MappingProxyType(dict(self._exception_handlers)),
+                versions=MappingProxyType(
+                    {number: MappingProxyType(dict(v.exception_handlers)) for number, v in self.api.versions.items()}
+                ),
+            ),
             resilience=tuple(self._resilience),
             broker=BrokerPlan(
                 streams=tuple(self._streams),

@@ -1,6 +1,7 @@
 """Broker handlers written like FastAPI handlers: a typed payload parameter, optionally the message itself.
 
-``async def on_created(event: DocumentCreated, message: BrokerMessage) -> None``: the payload is decoded and
+``async def on_created(event: DocumentCreated, message: BrokerMessage) -> None`` (or a plain ``def``, run in the
+thread pool as FastAPI runs one): the payload is decoded and
 validated from the annotation (a pydantic model, ``dict``, ``list``, ``str``, ``bytes``, any type a pydantic
 ``TypeAdapter`` takes); a parameter annotated :class:`BrokerMessage` gets the message (subject, headers, delivery
 count), one annotated ``Broker`` gets the broker (to publish follow-up events). The signature is read once, at
@@ -12,15 +13,17 @@ from __future__ import annotations
 import inspect
 import json
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from bastion._callables import as_async
 from bastion.errors import ConfigError
 
-Handler = Callable[..., Awaitable[Any]]
+Handler = Callable[..., Any]
+"""A broker handler: ``def`` or ``async def``."""
 
 
 class BrokerHandle:
@@ -87,8 +90,7 @@ class BoundHandler:
 
     @classmethod
     def of(cls, func: Handler) -> BoundHandler:
-        if not inspect.iscoroutinefunction(func):
-            raise ConfigError(f"broker handler {func.__qualname__} must be an async function")
+        call = as_async(func, what="broker handler", arguments=None)
         try:
             hints = typing.get_type_hints(func)
         except NameError as exc:
@@ -110,7 +112,7 @@ class BoundHandler:
                     f"broker handler {func.__qualname__}: one payload parameter (plus BrokerMessage and Broker "
                     f"parameters) at most, got {name!r} too"
                 )
-        return cls(func, payload, decode, message, broker)
+        return cls(call, payload, decode, message, broker)
 
     async def __call__(self, message: BrokerMessage, broker: BrokerHandle) -> Any:
         kwargs: dict[str, Any] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -21,12 +22,13 @@ from grpclib.exceptions import GRPCError
 from bastion import _tracing as tracing
 from bastion._client_ip import parse_ip
 from bastion._compat import grpclib as grpclib_compat
+from bastion._exception_handlers import ExceptionHandlers, grpc_status_of
 from bastion._metrics import NO_METRICS, Metrics
 from bastion._parts import GrpcExtractor, GrpcFinish, Slot
 from bastion._pipeline import Step
 from bastion._request_ids import new_request_id, sane_request_id
 from bastion._task_deadline import TaskDeadline
-from bastion.errors import BastionError, TokenError
+from bastion.errors import BastionError, NotFound, TokenError
 from bastion.types import SCOPE_GRPC_RESOURCE, SCOPE_REQUEST_ID, Scope
 from bastion_core import running_loop
 
@@ -133,7 +135,9 @@ class GrpcGuard:
         extractors: Mapping[str, GrpcExtractor] | None = None,
         metrics: Metrics = NO_METRICS,
         tracer: tracing.Tracer | None = None,
+        exception_handlers: ExceptionHandlers | None = None,
     ) -> None:
+        self.exception_handlers = exception_handlers or ExceptionHandlers()
         self.metrics = metrics
         self.tracer = tracer
         self.steps = [step for step in steps if step.grpc is not None]
@@ -238,7 +242,11 @@ class GrpcGuard:
                 except BaseException:
                     await _finish(finishes, None)
                     raise
-                scope[SCOPE_GRPC_RESOURCE] = dict(guard.extractors[method](first)) if first is not None else {}
+                try:
+                    scope[SCOPE_GRPC_RESOURCE] = await guard._resource(method, first)
+                except BastionError as exc:  # the extractor's NotFound: answered before the policy
+                    await _finish(finishes, None)
+                    raise _rejected(exc) from None
                 await guard._run(deferred, scope, finishes)
                 replay = [first]
                 original = stream.recv_message
@@ -260,6 +268,13 @@ class GrpcGuard:
                 # handler for both; so does a shutdown): nothing the breaker should learn from.
                 outcome = None
                 raise
+            except Exception as exc:
+                handled = await guard._handled(exc, scope)
+                if handled is None:
+                    outcome = _status_name(exc)
+                    raise
+                outcome = handled.grpc_status
+                raise grpc_error(handled) from None
             except BaseException as exc:
                 outcome = _status_name(exc)
                 raise
@@ -270,6 +285,30 @@ class GrpcGuard:
                     guard.idle.set()
 
         return guarded
+
+    async def _resource(self, method: str, message: Any) -> dict[str, Any]:
+        """The resource attributes of ``method``'s extractor for ``message``; ``None`` from it is NotFound."""
+        if message is None:
+            return {}
+        attributes = self.extractors[method](message)
+        if inspect.isawaitable(attributes):
+            attributes = await attributes
+        if attributes is None:
+            raise NotFound()
+        return dict(attributes)
+
+    async def _handled(self, exc: Exception, scope: Scope) -> BastionError | None:
+        """The error the service's exception handler for ``exc`` answers (``None`` without one)."""
+        if isinstance(exc, GRPCError) or not self.exception_handlers:
+            return None
+        try:
+            handled = await self.exception_handlers.handle(exc, scope)
+        except Exception as failure:
+            log.error(
+                "exception_handler_failed", grpc_method=scope["path"], handled=type(exc).__name__, exc_info=failure
+            )
+            return BastionError()
+        return None if handled is None else grpc_status_of(handled)
 
     def _bounded_recv(self, stream: Any) -> Callable[[], Awaitable[Any]]:
         """grpclib's recv_message, reading the message itself to refuse a broken one as the client's fault

@@ -11,8 +11,10 @@ import structlog
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException, WebSocketException
 from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 from starlette.websockets import WebSocketDisconnect
 
+from bastion._exception_handlers import ExceptionHandlers
 from bastion._responses import send_response
 from bastion.errors import (
     BadRequest,
@@ -197,10 +199,14 @@ class ErrorRenderingMiddleware:
     client. A WebSocket handshake refused before ``accept`` gets the same response; an error after
     ``accept`` closes the connection (1011, or a ``WebSocketException``'s own code). Sits inside the access
     log, CORS and security headers so rejections carry their headers.
+
+    ``handlers``: the service's exception handlers (``@service.exception_handler``); an exception one of them
+    handles is answered with what it returns (a BastionError rendered here, or its Response) instead.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, handlers: ExceptionHandlers | None = None) -> None:
         self.app = app
+        self.handlers = handlers if handlers else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
@@ -215,12 +221,27 @@ class ErrorRenderingMiddleware:
         except ClientDisconnect:
             log.info("client_disconnected", path=scope["path"])
         except Exception as exc:
-            error = _logged_error(exc, scope)
+            handled = await self._handled(exc, scope)
+            if isinstance(handled, Response):
+                if not response.started:
+                    await handled(scope, receive, send)
+                return
+            error = handled or _logged_error(exc, scope)
             if response.started:
                 # Headers are on the wire: nothing to render; the server closes the broken response.
                 log.warning("error_after_response_started", path=scope["path"], code=error.code)
                 return
             await send_error(send, error, scope)
+
+    async def _handled(self, exc: Exception, scope: Scope) -> BastionError | Response | None:
+        """What the service's handler for ``exc`` answers (``None`` without one); a handler that fails is a 500."""
+        if self.handlers is None:
+            return None
+        try:
+            return await self.handlers.handle(exc, scope, rendered=as_bastion_error(exc) is not None)
+        except Exception as failure:
+            log.error("exception_handler_failed", path=scope["path"], handled=type(exc).__name__, exc_info=failure)
+            return BastionError()
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         response, inward = response_started(scope, send)

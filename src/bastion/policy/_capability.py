@@ -19,7 +19,7 @@ from bastion._client_ip import client_ip
 from bastion._guard import Exemptions
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import PolicySettings
-from bastion.errors import ConfigError, PolicyDenied, PolicyError
+from bastion.errors import ConfigError, NotFound, PolicyDenied, PolicyError
 from bastion.policy._cache import DecisionCache, SharedDecisionCache, decision_key
 from bastion.policy._engine import Decision, LoadedPolicies, PolicyEngine, PolicyLoadError, evaluate
 from bastion.policy._normalize import Normalizer, default_normalizer
@@ -46,8 +46,9 @@ _VERSION_SEGMENT = re.compile(r"v[0-9]{1,9}")
 GRPC_METHOD = "POST"
 """``context.method`` of a gRPC call (gRPC is an HTTP/2 POST); its ``context.path`` is ``/pkg.Service/Method``."""
 
-ResourceExtractor = Callable[[Scope, dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
-"""``(scope, path_params) -> extra resource attributes`` (may be async, e.g. a storage lookup)."""
+ResourceExtractor = Callable[[Scope, dict[str, Any]], Mapping[str, Any] | Awaitable[Mapping[str, Any] | None] | None]
+"""``(scope, path_params) -> extra resource attributes`` (may be async, e.g. a storage lookup); ``None`` (or raising
+NotFound) when the resource does not exist: a 404 before the policy is asked."""
 
 log = structlog.get_logger("bastion.policy")
 
@@ -169,6 +170,8 @@ class PolicyGuard:
             extra = extractor(scope, dict(params))
             if inspect.isawaitable(extra):
                 extra = await extra
+            if extra is None:
+                raise NotFound()  # no such resource: 404 before any policy is asked (docs/policy.md)
             attributes.update({name: _cedar_value(value) for name, value in extra.items()})
         return attributes
 

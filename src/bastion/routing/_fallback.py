@@ -58,6 +58,22 @@ class Dispatcher:
         # A fallback *app* (a proxy) may forward WebSockets; a request -> response handler cannot take one.
         self.websocket_fallback = self.fallback if fallback_takes_websockets else empty_not_found
 
+    def reaches_nothing(self, scope: Scope) -> bool:
+        """Whether this HTTP request or WebSocket handshake would get the empty 404: no built-in endpoint,
+        versioned route (with any method), frontend route or fallback takes it."""
+        websocket = scope["type"] == "websocket"
+        if (self.websocket_fallback if websocket else self.fallback) is not empty_not_found:
+            return False
+        path = route_path(scope)
+        if path in self.builtins and not websocket:
+            return False
+        resolved = scope.get(SCOPE_ROUTE, _UNRESOLVED)
+        if resolved is _UNRESOLVED:
+            resolved = self.table.resolve(scope.get("method", "GET"), path, websocket=websocket)
+        if resolved is not None:
+            return False
+        return all(route.matches(scope)[0] is Match.NONE for route in self.frontend)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             return

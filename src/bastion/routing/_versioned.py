@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.openapi.utils import get_openapi
 
+from bastion._exception_handlers import ExceptionHandler, register
 from bastion.errors import ConfigError
 from bastion.routing._deprecation import Deprecation
 from bastion.types import Headers
@@ -26,6 +28,17 @@ class ApiVersion(APIRouter):
         super().__init__(**router_kwargs)
         self.number = number
         self._api = api
+        self.exception_handlers: dict[type[BaseException], Any] = {}
+
+    def exception_handler(self, exc_class: type[Exception]) -> Callable[[ExceptionHandler], ExceptionHandler]:
+        """Decorator: handle ``exc_class`` (and its subclasses) raised by this version's routes, before the
+        service's own handler for it (see :meth:`bastion.Service.exception_handler`)."""
+
+        def add(handler: ExceptionHandler) -> ExceptionHandler:
+            register(self.exception_handlers, exc_class, handler)
+            return handler
+
+        return add
 
     @property
     def label(self) -> str:

@@ -19,6 +19,7 @@ import httpx
 
 from bastion.testing._harness import Harness, Minter, prepare, resolve_settings
 from bastion.testing._lifespan import Lifespan
+from bastion.types import Receive, Scope, Send
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -41,8 +42,15 @@ class _AsyncAppTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(self, app: BastionApp) -> None:
-        self.asgi = httpx.ASGITransport(app=app)
+        self.app = app
+        self.asgi = httpx.ASGITransport(app=self._with_state)
         self.running = False
+        self.state: dict[str, Any] = {}
+
+    async def _with_state(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Each request gets a copy of the lifespan state, as a server gives it (``request.state``)."""
+        scope["state"] = dict(self.state)
+        await self.app(scope, receive, send)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if not self.running:
@@ -191,6 +199,7 @@ class ServiceClient(_ClientSetup, httpx.Client):
 
     async def _start(self) -> None:
         await self._lifespan.start()
+        self._app_transport.inner.state = self._lifespan.state
         self._app_transport.inner.running = True
 
     async def _stop(self) -> None:
@@ -263,6 +272,7 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
         except BaseException:
             await self.aclose()
             raise
+        self._app_transport.state = self._lifespan.state
         self._app_transport.running = True
         return self
 

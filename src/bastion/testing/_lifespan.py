@@ -26,9 +26,16 @@ class Lifespan:
         self._inbox: asyncio.Queue[Message] = asyncio.Queue()
         self._outbox: asyncio.Queue[Message] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self.state: dict[str, Any] = {}
+        """The lifespan state the app filled at start-up; a server gives each request a copy (``request.state``)."""
 
     async def start(self) -> None:
-        scope: dict[str, Any] = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
+        self.state = {}
+        scope: dict[str, Any] = {
+            "type": "lifespan",
+            "asgi": {"version": "3.0", "spec_version": "2.0"},
+            "state": self.state,
+        }
 
         async def run() -> None:
             await self.app(scope, self._inbox.get, self._outbox.put)

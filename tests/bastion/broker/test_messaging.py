@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+
 import pytest
 from nats.aio.client import Client
 from pydantic import BaseModel
@@ -136,13 +139,30 @@ async def test_handlers_can_take_the_broker_to_publish_follow_ups(
     assert follow_ups == [b'{"order":"o-9"}']
 
 
+async def test_a_sync_handler_runs_in_a_worker_thread(nats_server: NatsServer, nc: Client, uid: str) -> None:
+    service = worker()
+    seen: list[tuple[str, bool]] = []
+
+    @service.subscribe(f"{uid}.placed")
+    def on_placed(order: Order) -> None:
+        seen.append((order.id, threading.current_thread() is threading.main_thread()))
+
+    async with running(service.build(broker_settings(nats_server.url, SERVICE_BROKER_LAZY_INIT="false"))):
+        await nc.publish(f"{uid}.placed", b'{"id": "o-7", "total": 3}')
+        await eventually(lambda: len(seen) == 1, what="the sync handler's call")
+    assert seen == [("o-7", False)]
+
+
 class TestDeclarationErrors:
-    def test_a_sync_handler_is_refused(self) -> None:
+    def test_a_generator_handler_is_refused(self) -> None:
         service = worker()
-        with pytest.raises(ConfigError, match=r"^broker handler .*sync_handler must be an async function$"):
+        with pytest.raises(
+            ConfigError, match=r"^broker handler: gen is a generator; expected a def or async def function$"
+        ):
 
             @service.subscribe("a.b")
-            def sync_handler(raw: bytes) -> None: ...  # type: ignore[arg-type]
+            def gen(raw: bytes) -> Iterator[None]:
+                yield
 
     def test_two_payload_parameters_are_refused(self) -> None:
         service = worker()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
 from structlog.testing import capture_logs
 
 from bastion import BastionApp, Claims, Service, Settings, load_settings
@@ -123,38 +125,74 @@ class TestExampleMatrix:
             assert (await client.get("/api/v2/documents/alice/doc-1", headers=headers)).status_code == 403
             assert (await client.get("/api/v2/documents", headers=headers)).status_code == 200
 
-    async def test_unmatched_path_uses_the_normalizer(self, app: BastionApp, minter: TokenMinter) -> None:
+    async def test_unmatched_path_is_an_empty_404_whatever_the_policy_allows(
+        self, app: BastionApp, minter: TokenMinter
+    ) -> None:
+        """Nothing is served there: an authenticated caller gets the spec's 404 without a policy decision."""
         async with client_for(app) as client:
-            assert (await client.get("/api/v2/things/42", headers=bearer(minter))).status_code == 403
+            user = await client.get("/api/v2/things/42", headers=bearer(minter))
             admin = await client.get("/api/v2/things/42", headers=bearer(minter, "root", ("admin",)))
-        assert (admin.status_code, admin.content) == (404, b"")
+        assert [(user.status_code, user.content), (admin.status_code, admin.content)] == [(404, b"")] * 2
+
+
+class TestUnmatchedPaths:
+    async def test_without_a_token_an_unmatched_path_is_401(self, app: BastionApp) -> None:
+        async with client_for(app) as client:
+            response = await client.get("/api/v2/nonexistent")
+        assert response.status_code == 401
+
+    async def test_with_a_fallback_every_path_is_still_decided(
+        self, make_settings: Callable[..., Settings], minter: TokenMinter
+    ) -> None:
+        """The fallback serves unmatched paths, so they are a policy question: a user is denied, an admin served."""
+        service = example_service()
+
+        async def fallback(request: Request) -> PlainTextResponse:
+            return PlainTextResponse("fallback")
+
+        service.set_fallback(fallback)
+        app = service.build(make_settings())
+        async with client_for(app) as client:
+            user = await client.get("/nonexistent", headers=bearer(minter))
+            admin = await client.get("/nonexistent", headers=bearer(minter, "root", ("admin",)))
+        await app.aclose()
+        assert [user.status_code, (admin.status_code, admin.text)] == [403, (200, "fallback")]
 
 
 class TestBypassPaths:
     @pytest.mark.parametrize(
         "path",
         [
-            "//api/v1/admin/users",
-            "/api/v1/admin/users/",
             "/api/v1/./admin/users",
             "/api/v1/documents/../admin/users",
             "/api/v1/documents/%2e%2e/admin/users",
             "/api/v1/documents%2F..%2Fadmin/users",
             "/api/v1/documents/..%2fadmin/users",
-            "/api/v1/Admin/Users",
-            "/API/V1/admin/users",
             "/api/v1/admin/users?",
             "/api/v1/admin/users#x",
-            "/api/v1/admin/users%23",
             "/api/v1/admin//users",
             "/api/v1/admin/./users/.",
         ],
     )
     async def test_never_served_unauthorized(self, app: BastionApp, minter: TokenMinter, path: str) -> None:
+        """Spellings that normalize to the admin route are decided as that route."""
         async with client_for(app) as client:
             response = await client.get(path, headers=bearer(minter))
         assert response.status_code == 403, (path, response.status_code)
         assert response.json() == {"error": "Access denied by policy", "code": "FORBIDDEN", "status": 403}
+
+    @pytest.mark.parametrize(
+        "path",
+        ["//api/v1/admin/users", "/api/v1/admin/users/", "/api/v1/Admin/Users", "/API/V1/admin/users",
+         "/api/v1/admin/users%23"],
+    )  # fmt: skip
+    async def test_spelling_that_reaches_no_route_is_an_empty_404(
+        self, app: BastionApp, minter: TokenMinter, path: str
+    ) -> None:
+        """Spellings no route matches are not served at all: the empty 404, never the admin handler."""
+        async with client_for(app) as client:
+            response = await client.get(path, headers=bearer(minter))
+        assert (response.status_code, response.content) == (404, b""), path
 
     async def test_nul_in_the_path_is_a_bad_request(self, app: BastionApp, minter: TokenMinter) -> None:
         async with client_for(app) as client:
