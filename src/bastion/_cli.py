@@ -18,6 +18,7 @@ from bastion import _extras as extras
 from bastion.config import Settings, load_settings, masked
 from bastion.config._env import dotenv_overrides
 from bastion.errors import ConfigError
+from bastion_core._manual import output_closed
 
 if TYPE_CHECKING:
     from bastion.policy._schema import PolicySchema
@@ -394,6 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     try:
         result: int = args.handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        return output_closed()
     except ConfigError as exc:
         if debug:
             traceback.print_exception(exc)

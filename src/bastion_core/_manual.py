@@ -55,9 +55,20 @@ def show(topic: str | None, *, program: str) -> int:
 
 
 def _write(text: str) -> None:
-    """To stdout; a reader that stopped early (``| head``) is not an error."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+    """To stdout, flushed: a reader that stopped early (``| head``) raises ``BrokenPipeError`` here, for the
+    command line's :func:`output_closed`."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+EXIT_OUTPUT_CLOSED = 128 + 13
+"""128 + SIGPIPE: the status a shell reports for a tool whose reader left."""
+
+
+def output_closed() -> int:
+    """The reader of standard output left (``bastion policy schema ... | head``): end quietly, as a tool killed by
+    SIGPIPE does, without the traceback Python prints for the flush at exit. Returns the exit status."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OUTPUT_CLOSED

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import structlog
 
 from bastion_core import UNKNOWN_VARIABLE_EVENT, ConfigError, configure_logging
+from bastion_core._manual import output_closed
 from bastion_core._manual import show as show_docs
 from mailrelay import _extras as extras
 from mailrelay._assembly import USER_AGENT, dmarc_checker, serve
@@ -60,14 +61,17 @@ def help_text() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point: ``--help``, ``--version``, or no arguments to run."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args in (["--version"], ["-V"]):
-        print(USER_AGENT)
-        return 0
-    if args in (["--help"], ["-h"]):
-        print(help_text())
-        return 0
-    if args[:1] == ["docs"] and len(args) <= 2:
-        return show_docs(args[1] if len(args) == 2 else "mailrelay", program="mailrelay")
+    try:
+        if args in (["--version"], ["-V"]):
+            print(USER_AGENT, flush=True)
+            return 0
+        if args in (["--help"], ["-h"]):
+            print(help_text(), flush=True)
+            return 0
+        if args[:1] == ["docs"] and len(args) <= 2:
+            return show_docs(args[1] if len(args) == 2 else "mailrelay", program="mailrelay")
+    except BrokenPipeError:  # `mailrelay docs | head`: the reader left
+        return output_closed()
     if args:
         print(USAGE, file=sys.stderr)
         return EXIT_CONFIG

@@ -533,3 +533,24 @@ def test_a_factory_function_or_partial_is_called_for_the_service(tmp_path: Path)
     )
     assert import_service("factories:make", app_dir=str(tmp_path)).name == "made"
     assert import_service("factories:partial", app_dir=str(tmp_path)).name == "partial"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param([BASTION, "policy", "schema", "examples.documents_api:service"], id="bastion policy schema"),
+        pytest.param([BASTION, "docs", "configuration"], id="bastion docs"),
+        pytest.param([str(Path(BASTION).with_name("mailrelay")), "docs"], id="mailrelay docs"),
+        pytest.param([str(Path(BASTION).with_name("mailrelay")), "--help"], id="mailrelay --help"),
+    ],
+)
+def test_a_closed_output_pipe_ends_quietly(argv: list[str]) -> None:
+    """``bastion policy schema ... | head``: the reader has left before the output is written; no traceback, the
+    exit status a tool killed by SIGPIPE has (141)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(argv, cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, b"")
