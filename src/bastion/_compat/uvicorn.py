@@ -1,13 +1,16 @@
-"""uvicorn internals Bastion relies on (verified on uvicorn 0.54.0; `make compat` runs on 0.44.0 and 0.35.0).
+"""uvicorn internals Bastion relies on (verified on uvicorn 0.54.0; `make compat` runs on 0.44.0 and 0.30.0).
 
 The listener (``bastion._listener``) subclasses uvicorn's httptools protocol (``BoundedHttpProtocol``), its flow
-control (``ReadGate``), its request/response cycle (``CoalescingCycle``) and its websockets-sansio protocol, and
+control (``ReadGate``), its request/response cycle (``CoalescingCycle``) and its WebSocket protocol: the
+websockets-sansio one from uvicorn 0.35 (``SANSIO_WEBSOCKETS``), before that the one on websockets' legacy
+implementation (``websockets_impl.WebSocketProtocol``, what uvicorn 0.30 to 0.34 serve WebSockets with), and
 reads their public attributes (``pipeline``, ``cycle``, ``flow``, ``parser``, ``headers``; a cycle's ``body``,
 ``more_body``, ``disconnected``, ``response_complete``; ...). The private names it needs:
 
 - ``HttpToolsProtocol._unset_keepalive_if_required()``: cancels the keep-alive timer when a request arrives.
 - ``HttpToolsProtocol._should_upgrade()``: whether an ``Upgrade`` request is a WebSocket upgrade uvicorn serves.
-- ``HttpToolsProtocol._unsupported_upgrade_warning()``: uvicorn's warning for an upgrade it does not serve.
+- ``HttpToolsProtocol._unsupported_upgrade_warning()``: uvicorn's warning for an upgrade it does not serve (0.32
+  and later; before, ``warn_unsupported_upgrade`` logs uvicorn's text itself).
 - ``WebSocketsSansIOProtocol``'s message being assembled when ``send_receive_event_to_app`` runs: ``frames`` (a
   list of fragments, uvicorn 0.50 and later) or ``bytes`` (the fragments joined, 0.35 to 0.49), both public
   attributes whose shape changed: ``websocket_message`` / ``forget_websocket_message`` read and clear either.
@@ -39,6 +42,7 @@ from __future__ import annotations
 import email.utils
 import http
 import importlib.metadata
+import importlib.util
 import inspect
 import socket
 from typing import Any, TypeVar
@@ -46,7 +50,6 @@ from typing import Any, TypeVar
 import uvicorn
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
@@ -54,14 +57,18 @@ from bastion.errors import ConfigError
 
 VERIFIED = "uvicorn 0.54.0"
 """The uvicorn version these assumptions were last checked on."""
-SUPPORTED = "uvicorn 0.35.0 to 0.54.x"
+SUPPORTED = "uvicorn 0.30.0 to 0.54.x"
 """The range pyproject.toml declares (`make compat` runs its oldest release)."""
-PROTOCOL_HOOKS = ("_unset_keepalive_if_required", "_should_upgrade", "_unsupported_upgrade_warning")
-"""Private methods of ``HttpToolsProtocol`` the listener calls."""
-PRIVATE_NAMES = frozenset({*PROTOCOL_HOOKS, "_captured_signals"})
+PROTOCOL_HOOKS = ("_unset_keepalive_if_required", "_should_upgrade")
+"""Private methods of ``HttpToolsProtocol`` the listener needs."""
+PRIVATE_NAMES = frozenset({*PROTOCOL_HOOKS, "_unsupported_upgrade_warning", "_captured_signals"})
 """Every private name of uvicorn this module touches (the wall test looks for them outside ``bastion._compat``)."""
 
 CycleT = TypeVar("CycleT", bound=RequestResponseCycle)
+
+SANSIO_WEBSOCKETS = importlib.util.find_spec("uvicorn.protocols.websockets.websockets_sansio_impl") is not None
+"""Whether uvicorn has its websockets-sansio protocol (0.35 and later), which the listener's WebSocket protocol
+subclasses; before, it subclasses uvicorn's protocol on websockets' legacy implementation."""
 
 
 def version() -> str:
@@ -102,7 +109,11 @@ def should_upgrade(protocol: HttpToolsProtocol) -> bool:
 
 def warn_unsupported_upgrade(protocol: HttpToolsProtocol) -> None:
     """uvicorn's warning for an upgrade it does not serve (the request is then answered as plain HTTP)."""
-    protocol._unsupported_upgrade_warning()
+    warning = getattr(protocol, "_unsupported_upgrade_warning", None)
+    if warning is None:  # uvicorn before 0.32: its text, as _should_upgrade_to_ws logged it
+        protocol.logger.warning("Unsupported upgrade request.")
+    else:
+        warning()
 
 
 def adopt_cycle(cycle: RequestResponseCycle, cycle_class: type[CycleT]) -> CycleT:
@@ -127,8 +138,17 @@ def forget_websocket_message(protocol: Any) -> None:
         protocol.frames = []
 
 
-REFUSAL_KEEPS_APP_HEADERS = 'setdefault("Content-Length"' in inspect.getsource(WebSocketsSansIOProtocol.send)
-"""Whether uvicorn sends a refused handshake's headers as the app gave them (0.53 and later)."""
+def _refusal_keeps_app_headers() -> bool:
+    if not SANSIO_WEBSOCKETS:
+        return False  # the legacy protocol: websockets' handshake adds its headers only where absent (setdefault)
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+    return 'setdefault("Content-Length"' in inspect.getsource(WebSocketsSansIOProtocol.send)
+
+
+REFUSAL_KEEPS_APP_HEADERS = _refusal_keeps_app_headers()
+"""Whether uvicorn's websockets-sansio protocol sends a refused handshake's headers as the app gave them (0.53 and
+later); ``False`` on the legacy protocol (uvicorn before 0.35), which ``send_refusal`` is not used with."""
 
 
 def send_refusal(protocol: Any, message: Any) -> bool:
@@ -159,6 +179,13 @@ def send_refusal(protocol: Any, message: Any) -> bool:
     protocol.transport.write(b"".join(output))
     protocol.transport.close()
     return True
+
+
+async def refusal_complete(protocol: Any) -> Any:
+    """On the legacy WebSocket protocol (uvicorn 0.30 to 0.34), the refusal the app sent, once its last body part
+    has arrived (``initial_response``: status, headers, body)."""
+    await protocol.closed_event.wait()
+    return protocol.initial_response
 
 
 def multiprocess(config: Config, sockets: list[socket.socket]) -> Any:

@@ -10,7 +10,7 @@ itself are in ``_answers``, the framing rules in ``_framing``.
 
 The protocols build on the internals of uvicorn's httptools protocol (parser callbacks, ``cycle``,
 ``pipeline``, ``url``, ``headers``, ``flow``) and of its WebSocket protocol; the supported uvicorn range
-(0.35.0 to 0.54.x) is where they hold (``tests/bastion/compat/test_uvicorn.py`` checks what they rely on, `make
+(0.30.0 to 0.54.x) is where they hold (``tests/bastion/compat/test_uvicorn.py`` checks what they rely on, `make
 compat` runs the oldest and a middle release) and httptools ships with
 uvicorn[standard]. There is deliberately no h11 fallback: it would serve without the limits.
 """

@@ -1,10 +1,11 @@
 """What the listener (``bastion._listener``) assumes of uvicorn's internals, checked on the installed version.
 
-Verified on uvicorn 0.54.0 (pinned in pyproject.toml). The listener subclasses uvicorn's httptools and
-websockets-sansio protocols; an upgrade that changes one of these behaviours fails here, by name.
+Verified on uvicorn 0.54.0 (constraints.txt), 0.44.0 and 0.30.0 (`make compat`). The listener subclasses uvicorn's
+httptools protocol and its WebSocket protocol (websockets-sansio from 0.35, the legacy websockets one before); an
+upgrade that changes one of these behaviours fails here, by name.
 
 Assumptions (the private ones are named in ``bastion/_compat/uvicorn.py``): ``HttpToolsProtocol``'s
-``_unset_keepalive_if_required``, ``_should_upgrade`` and ``_unsupported_upgrade_warning``; a
+``_unset_keepalive_if_required``, ``_should_upgrade`` and (0.32 and later) ``_unsupported_upgrade_warning``; a
 ``RequestResponseCycle`` whose class is replaced before its task runs; ``uvicorn.Server._captured_signals``; and
 the public attributes the listener reads: the pipeline queue (``appendleft``, reading paused), resume before the
 next request, the body high-water mark, ``on_header``, ``connection_lost`` marking only the last request, the
@@ -28,15 +29,20 @@ import uvicorn
 from uvicorn.config import Config
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import Server, ServerState
 
 from bastion._compat import fastapi as fastapi_compat
 from bastion._compat import uvicorn as uvicorn_compat
+from bastion._listener import WebSocketProtocol
 from bastion.errors import ConfigError
 from tests.conftest import REPO
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+UPGRADE = (
+    b"GET / HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+VERSION = tuple(map(int, uvicorn.__version__.split(".")[:2]))
 
 
 class Transport:
@@ -66,6 +72,9 @@ class Transport:
     def write(self, data: bytes) -> None:
         self.written += data
 
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass  # websockets' legacy protocol sets them when the connection is made
+
     def set_protocol(self, protocol: Any) -> None:
         self.protocol = protocol
 
@@ -78,7 +87,8 @@ async def never_answers(scope: Any, receive: Any, send: Any) -> None:
 
 
 def http_protocol(app: Any = never_answers) -> tuple[HttpToolsProtocol, Transport]:
-    config = Config(app, http="httptools", ws="websockets-sansio", lifespan="off", log_config=None)
+    ws = "websockets-sansio" if uvicorn_compat.SANSIO_WEBSOCKETS else "websockets"
+    config = Config(app, http="httptools", ws=ws, lifespan="off", log_config=None)
     config.load()
     protocol = HttpToolsProtocol(config, ServerState(), {}, asyncio.get_running_loop())
     transport = Transport()
@@ -93,12 +103,13 @@ async def cancel_tasks(protocol: HttpToolsProtocol) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-# uvicorn release -> (a refused handshake sent with the app's headers, Multiprocess building its workers' servers):
-# what uvicorn does itself there; before 0.53 bastion._compat.uvicorn does both as 0.53 does.
+# uvicorn release -> (a websockets-sansio protocol, a refused handshake sent with the app's headers, Multiprocess
+# building its workers' servers): what uvicorn does itself there; before 0.53 bastion._compat.uvicorn does the last
+# two as 0.53 does, and before 0.35 the listener's WebSocket protocol is the legacy one (``_websocket_legacy``).
 FEATURES = {
-    "0.54.0": (True, True),  # the newest: `make test`
-    "0.44.0": (False, False),  # `make compat`'s middle set
-    "0.35.0": (False, False),  # `make compat`'s oldest set
+    "0.54.0": (True, True, True),  # the newest: `make test`
+    "0.44.0": (True, False, False),  # `make compat`'s middle set
+    "0.30.0": (False, False, False),  # `make compat`'s oldest set
 }
 
 
@@ -110,7 +121,11 @@ def test_what_this_uvicorn_does_itself() -> None:
     from uvicorn.supervisors import Multiprocess
 
     builds_servers = "target" not in inspect.signature(Multiprocess.__init__).parameters
-    assert (uvicorn_compat.REFUSAL_KEEPS_APP_HEADERS, builds_servers) == FEATURES[uvicorn.__version__]
+    assert (
+        uvicorn_compat.SANSIO_WEBSOCKETS,
+        uvicorn_compat.REFUSAL_KEEPS_APP_HEADERS,
+        builds_servers,
+    ) == FEATURES[uvicorn.__version__]
 
 
 async def test_a_pipelined_request_is_queued_with_appendleft_and_reading_paused() -> None:
@@ -180,28 +195,89 @@ def test_the_cycle_and_flow_control_attributes_the_listener_reads() -> None:
     for attribute in ("self.body", "self.more_body", "self.disconnected", "self.response_complete"):
         assert attribute in source, attribute
     assert {"read_paused", "pause_reading", "resume_reading"} <= set(dir(FlowControl(Transport())))  # type: ignore[arg-type]
-    for name in ("_unset_keepalive_if_required", "_should_upgrade", "_unsupported_upgrade_warning"):
+    for name in ("_unset_keepalive_if_required", "_should_upgrade"):
         assert callable(getattr(HttpToolsProtocol, name)), name
+    # 0.32 and later; before, uvicorn_compat.warn_unsupported_upgrade logs the same text itself
+    assert callable(getattr(HttpToolsProtocol, "_unsupported_upgrade_warning", None)) == (VERSION >= (0, 32))
 
 
 async def test_the_websocket_upgrade_sets_the_websocket_protocol_on_the_transport() -> None:
     protocol, transport = http_protocol()
-    protocol.data_received(
-        b"GET / HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    )
-    assert isinstance(transport.get_protocol(), WebSocketsSansIOProtocol)
+    protocol.data_received(UPGRADE)
+    assert isinstance(transport.get_protocol(), WebSocketProtocol.__mro__[1])  # uvicorn's class the listener's extends
     await cancel_tasks(protocol)
 
 
-def test_the_websocket_protocol_assembles_messages_where_the_listener_checks_them() -> None:
+def test_the_websocket_protocol_works_as_the_listener_assumes() -> None:
+    if uvicorn_compat.SANSIO_WEBSOCKETS:
+        sansio_assumptions()
+    else:
+        legacy_assumptions()
+
+
+def sansio_assumptions() -> None:
+    """uvicorn 0.35 and later: ``_websocket_sansio`` checks a text message where uvicorn assembles it."""
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
     source = inspect.getsource(WebSocketsSansIOProtocol.send_receive_event_to_app)
     # uvicorn 0.50 and later assemble a message in ``frames``; 0.35 to 0.49 in ``bytes`` (uvicorn_compat reads both).
-    message = "self.frames" if tuple(map(int, uvicorn.__version__.split(".")[:2])) >= (0, 50) else "self.bytes"
+    message = "self.frames" if VERSION >= (0, 50) else "self.bytes"
     for name in (message, "self.curr_msg_data_type", "self.conn.send_close(1007)"):
         assert name in source, name
     assert "self.close_sent" in inspect.getsource(WebSocketsSansIOProtocol)
     assert callable(WebSocketsSansIOProtocol.handle_parser_exception)
+
+
+def legacy_assumptions() -> None:
+    """uvicorn 0.30 to 0.34: what ``_websocket_legacy`` relies on: ``process_request`` returns ``initial_response``
+    once the response has started, ``asgi_send`` sets ``closed_event`` when its last body part arrives, and
+    websockets fails a text message that is not UTF-8 through ``fail_connection`` with 1007."""
+    from uvicorn.protocols.websockets.websockets_impl import WebSocketProtocol as Legacy
+    from websockets.legacy.protocol import WebSocketCommonProtocol
+
+    request = inspect.getsource(Legacy.process_request)
+    assert "await self.handshake_started_event.wait()" in request and "return self.initial_response" in request
+    assert "self.closed_event.set()" in inspect.getsource(Legacy.asgi_send)
+    transfer = inspect.getsource(WebSocketCommonProtocol.transfer_data)
+    assert "except UnicodeDecodeError" in transfer and "self.fail_connection(CloseCode.INVALID_DATA)" in transfer
+
+
+async def refuses_slowly(scope: Any, receive: Any, send: Any) -> None:
+    """A WebSocket refusal whose body comes in two parts, with the event loop run between them."""
+    await receive()  # websocket.connect
+    await send({"type": "websocket.http.response.start", "status": 403, "headers": [(b"content-type", b"text/x")]})
+    for part in (b"not ", b"yours"):
+        await asyncio.sleep(0)
+        await send({"type": "websocket.http.response.body", "body": part, "more_body": part == b"not "})
+
+
+async def test_a_refused_handshake_is_answered_with_the_whole_body_and_the_apps_headers() -> None:
+    """The same answer on every supported uvicorn, whichever WebSocket protocol it has."""
+    config = Config(refuses_slowly, http="httptools", ws=WebSocketProtocol, lifespan="off", log_config=None)
+    loop = asyncio.get_running_loop()
+    config.load()
+    state = ServerState()
+    listening = await loop.create_server(
+        lambda: HttpToolsProtocol(config, state, {}, loop),
+        "127.0.0.1",
+        0,  # type: ignore[arg-type]
+    )
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listening.sockets[0].getsockname()[1])
+        writer.write(UPGRADE)
+        answer = await asyncio.wait_for(reader.read(), timeout=10)
+        writer.close()
+    finally:
+        listening.close()
+        await listening.wait_closed()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    headers = [line.lower() for line in head.split(b"\r\n")[1:]]
+    assert head.startswith(b"HTTP/1.1 403 ")
+    assert body == b"not yours"
+    assert [h for h in headers if h.startswith((b"content-type:", b"content-length:"))] == [
+        b"content-type: text/x",
+        b"content-length: 9",
+    ]
 
 
 def test_every_hook_the_listener_needs_is_there() -> None:
@@ -211,7 +287,7 @@ def test_every_hook_the_listener_needs_is_there() -> None:
 
 def test_start_up_refuses_when_a_hook_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(uvicorn_compat, "missing", lambda: ["HttpToolsProtocol._should_upgrade"])
-    with pytest.raises(ConfigError, match=r"lacks .*_should_upgrade.*; supported: uvicorn 0\.35\.0 to 0\.54\.x$"):
+    with pytest.raises(ConfigError, match=r"lacks .*_should_upgrade.*; supported: uvicorn 0\.30\.0 to 0\.54\.x$"):
         uvicorn_compat.check()
 
 
@@ -278,7 +354,7 @@ sys.exit(main(["run", "examples.documents_api:service", "--port", "0"]))
             "uvicorn",
             "HttpToolsProtocol._should_upgrade",
             f"error: uvicorn {uvicorn.__version__} lacks what Bastion's listener limits rely on "
-            "(HttpToolsProtocol._should_upgrade); supported: uvicorn 0.35.0 to 0.54.x",
+            "(HttpToolsProtocol._should_upgrade); supported: uvicorn 0.30.0 to 0.54.x",
             id="uvicorn",
         ),
         pytest.param(
