@@ -16,7 +16,17 @@ from bastion._callables import as_async, check_shape
 from bastion._exception_handlers import ExceptionHandler, ExceptionHandlers, register
 from bastion._guard import Guard
 from bastion._health import ReadinessCheck
-from bastion._parts import GrpcExtractor, GrpcHook, Hook, Layer, Lifespan, ServiceParts, Slot, SlotUse
+from bastion._parts import (
+    DependencyOverrides,
+    GrpcExtractor,
+    GrpcHook,
+    Hook,
+    Layer,
+    Lifespan,
+    ServiceParts,
+    Slot,
+    SlotUse,
+)
 from bastion.broker._handlers import BoundHandler
 from bastion.broker._handlers import Handler as BrokerHandler
 from bastion.broker._specs import BrokerPlan, ConsumerSpec, ResponderSpec, Retention, StreamSpec, SubscriberSpec
@@ -108,6 +118,10 @@ class Service:
         self._consumers: list[ConsumerSpec] = []
         self._responders: list[ResponderSpec] = []
         self._exception_handlers: dict[type[BaseException], Any] = {}
+        self.dependency_overrides: DependencyOverrides = {}
+        """FastAPI's ``dependency_overrides``: ``{dependency: replacement}``, read on every request by every
+        route (HTTP and WebSocket) of every app built from this service, so it may be set before or after
+        ``build()``; also ``app.dependency_overrides`` (docs/testing.md)."""
 
     @_before_build
     def version(self, number: int, **kwargs: Any) -> ApiVersion:
@@ -426,6 +440,7 @@ class Service:
             grpc_extractors=MappingProxyType(dict(self._grpc_extractors)),
             resource_attributes=MappingProxyType(dict(self._resource_attributes)),
             lifespan=self.lifespan,
+            overrides=self,
             exception_handlers=ExceptionHandlers(
                 service=MappingProxyType(dict(self._exception_handlers)),
                 versions=MappingProxyType(
