@@ -2,15 +2,15 @@
 
 :class:`AsyncServiceClient` is an ``httpx.AsyncClient`` over ``httpx.ASGITransport``. :class:`ServiceClient` is an
 ``httpx.Client`` whose transport hands each request to the same ASGI transport in an event loop on a helper
-thread (an anyio blocking portal), where the app's lifespan runs too. Neither imports
-``starlette.testclient``, which warns (``StarletteDeprecationWarning``) when httpx rather than httpx2 is
-installed.
+thread (an anyio blocking portal), where the app's lifespan runs too. ``websocket_connect`` opens a WebSocket
+session on the same app (``bastion.testing._websocket``). Neither imports ``starlette.testclient``, which warns
+(``StarletteDeprecationWarning``) when httpx rather than httpx2 is installed.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -19,6 +19,7 @@ import httpx
 
 from bastion.testing._harness import Harness, Minter, prepare, resolve_settings
 from bastion.testing._lifespan import Lifespan
+from bastion.testing._websocket import AsyncWebSocketSession, WebSocketSession, handshake_scope
 from bastion.types import Receive, Scope, Send
 
 if TYPE_CHECKING:
@@ -57,6 +58,12 @@ class _AsyncAppTransport(httpx.AsyncBaseTransport):
             raise RuntimeError(NOT_STARTED)
         return await self.asgi.handle_async_request(request)
 
+    def websocket(self, request: httpx.Request, subprotocols: Sequence[str]) -> AsyncWebSocketSession:
+        """A session for the WebSocket handshake ``request`` (opened by entering it), with the lifespan state."""
+        if not self.running:
+            raise RuntimeError(NOT_STARTED)
+        return AsyncWebSocketSession(self.app, handshake_scope(request, subprotocols=subprotocols, state=self.state))
+
     async def aclose(self) -> None:
         """Nothing to release: the app is stopped by the client that built it."""
 
@@ -82,6 +89,55 @@ class _PortalTransport(httpx.BaseTransport):
 
     def close(self) -> None:
         """Nothing to release: the app is stopped by the client that built it."""
+
+
+def _sync_websocket(
+    client: httpx.Client, transport: _PortalTransport, url: str, subprotocols: Sequence[str] | None, **options: Any
+) -> WebSocketSession:
+    if transport.portal is None:
+        raise RuntimeError(NOT_STARTED)
+    request = client.build_request("GET", url, **options)
+    session = transport.portal.call(transport.inner.websocket, request, list(subprotocols or ()))
+    return WebSocketSession(session, transport.portal.call)
+
+
+def _async_websocket(
+    client: httpx.AsyncClient,
+    transport: _AsyncAppTransport,
+    url: str,
+    subprotocols: Sequence[str] | None,
+    **options: Any,
+) -> AsyncWebSocketSession:
+    return transport.websocket(client.build_request("GET", url, **options), list(subprotocols or ()))
+
+
+class _UserClient(httpx.Client):
+    """What :meth:`ServiceClient.as_user` returns: an ``httpx.Client`` for the running app, with WebSockets."""
+
+    def __init__(self, transport: _PortalTransport, **options: Any) -> None:
+        self._app_transport = transport
+        super().__init__(transport=transport, **options)
+
+    def websocket_connect(
+        self, url: str, subprotocols: Sequence[str] | None = None, **options: Any
+    ) -> WebSocketSession:
+        """See :meth:`ServiceClient.websocket_connect` (this client's token goes with the handshake)."""
+        return _sync_websocket(self, self._app_transport, url, subprotocols, **options)
+
+
+class _AsyncUserClient(httpx.AsyncClient):
+    """What :meth:`AsyncServiceClient.as_user` returns: an ``httpx.AsyncClient`` for the running app, with
+    WebSockets."""
+
+    def __init__(self, transport: _AsyncAppTransport, **options: Any) -> None:
+        self._app_transport = transport
+        super().__init__(transport=transport, **options)
+
+    def websocket_connect(
+        self, url: str, subprotocols: Sequence[str] | None = None, **options: Any
+    ) -> AsyncWebSocketSession:
+        """See :meth:`AsyncServiceClient.websocket_connect` (this client's token goes with the handshake)."""
+        return _async_websocket(self, self._app_transport, url, subprotocols, **options)
 
 
 class _ClientSetup:
@@ -174,13 +230,25 @@ class ServiceClient(_ClientSetup, httpx.Client):
         super().__init__(transport=self._app_transport, base_url=base_url, **client_options)
 
     def as_user(self, sub: str | None, *, roles: Iterable[str] = (), **claims: Any) -> httpx.Client:
-        """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`)."""
-        return httpx.Client(
-            transport=self._app_transport,
+        """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`);
+        it has :meth:`websocket_connect` too."""
+        return _UserClient(
+            self._app_transport,
             base_url=self.base_url,
             headers=self._user_headers(self.headers, sub, roles, claims),
             follow_redirects=self.follow_redirects,
         )
+
+    def websocket_connect(
+        self, url: str, subprotocols: Sequence[str] | None = None, **options: Any
+    ) -> WebSocketSession:
+        """A WebSocket session on the running app, opened by ``with`` (as Starlette's TestClient's): the handshake
+        goes through the whole pipeline. ``options``: ``params``, ``headers``, ``cookies`` of the handshake.
+
+        ``with`` raises :class:`~bastion.testing.WebSocketDenialResponse` when the app answers the handshake
+        with an HTTP response (401 without a token, 403 from the policy), ``WebSocketDisconnect`` when it closes.
+        """
+        return _sync_websocket(self, self._app_transport, url, subprotocols, **options)
 
     def __enter__(self) -> Self:
         if self._portal_cm is not None:
@@ -255,13 +323,20 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
         super().__init__(transport=self._app_transport, base_url=base_url, **client_options)
 
     def as_user(self, sub: str | None, *, roles: Iterable[str] = (), **claims: Any) -> httpx.AsyncClient:
-        """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`)."""
-        return httpx.AsyncClient(
-            transport=self._app_transport,
+        """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`);
+        it has :meth:`websocket_connect` too."""
+        return _AsyncUserClient(
+            self._app_transport,
             base_url=self.base_url,
             headers=self._user_headers(self.headers, sub, roles, claims),
             follow_redirects=self.follow_redirects,
         )
+
+    def websocket_connect(
+        self, url: str, subprotocols: Sequence[str] | None = None, **options: Any
+    ) -> AsyncWebSocketSession:
+        """The async counterpart of :meth:`ServiceClient.websocket_connect`: ``async with``, awaited methods."""
+        return _async_websocket(self, self._app_transport, url, subprotocols, **options)
 
     async def __aenter__(self) -> Self:
         if self._app_transport.running:
