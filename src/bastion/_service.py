@@ -16,17 +16,7 @@ from bastion._callables import as_async, check_shape
 from bastion._exception_handlers import ExceptionHandler, ExceptionHandlers, register
 from bastion._guard import Guard
 from bastion._health import ReadinessCheck
-from bastion._parts import (
-    DependencyOverrides,
-    GrpcExtractor,
-    GrpcHook,
-    Hook,
-    Layer,
-    Lifespan,
-    ServiceParts,
-    Slot,
-    SlotUse,
-)
+from bastion._parts import GrpcExtractor, GrpcHook, Hook, Layer, Lifespan, ServiceParts, Slot, SlotUse
 from bastion.broker._handlers import BoundHandler
 from bastion.broker._handlers import Handler as BrokerHandler
 from bastion.broker._specs import BrokerPlan, ConsumerSpec, ResponderSpec, Retention, StreamSpec, SubscriberSpec
@@ -118,10 +108,9 @@ class Service:
         self._consumers: list[ConsumerSpec] = []
         self._responders: list[ResponderSpec] = []
         self._exception_handlers: dict[type[BaseException], Any] = {}
-        self.dependency_overrides: DependencyOverrides = {}
-        """FastAPI's ``dependency_overrides``: ``{dependency: replacement}``, read on every request by every
-        route (HTTP and WebSocket) of every app built from this service, so it may be set before or after
-        ``build()``; also ``app.dependency_overrides`` (docs/testing.md)."""
+        # FastAPI's {dependency: replacement}, read per request by every route of every app built from this
+        # service (also app.dependency_overrides), so it may be set before or after build(): docs/testing.md.
+        self.dependency_overrides: dict[Callable[..., Any], Callable[..., Any]] = {}
 
     @_before_build
     def version(self, number: int, **kwargs: Any) -> ApiVersion:
