@@ -10,13 +10,14 @@ session on the same app (``bastion.testing._websocket``). Neither imports ``star
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio.from_thread
 import httpx
 
+from bastion.testing._grpc import GrpcLink, StubT, SyncStub
 from bastion.testing._harness import Harness, Minter, prepare, resolve_settings
 from bastion.testing._lifespan import Lifespan
 from bastion.testing._websocket import AsyncWebSocketSession, WebSocketSession, handshake_scope
@@ -24,6 +25,8 @@ from bastion.types import Receive, Scope, Send
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
+
+    from grpclib.client import Channel
 
     from bastion._app import BastionApp
     from bastion._service import Service
@@ -226,6 +229,7 @@ class ServiceClient(_ClientSetup, httpx.Client):
         )
         self._app_transport = _PortalTransport(harness.app)
         self._lifespan = Lifespan(harness.app, name=harness.app.name)
+        self._grpc = GrpcLink(harness.app)
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         super().__init__(transport=self._app_transport, base_url=base_url, **client_options)
 
@@ -250,6 +254,17 @@ class ServiceClient(_ClientSetup, httpx.Client):
         """
         return _sync_websocket(self, self._app_transport, url, subprotocols, **options)
 
+    def grpc(self, stub_class: Callable[[Channel], Any]) -> SyncStub:
+        """A grpclib stub of the running app's gRPC service, called from sync code:
+        ``client.grpc(DocumentServiceStub).GetDocument(request, metadata={"authorization": f"Bearer {token}"})``
+        returns the reply (a list for a server-streaming method) or raises grpclib's ``GRPCError``. No server, no
+        port: the calls reach the app's own gRPC guard in-process (``bastion.testing._grpc``). RuntimeError when
+        the client is not running or the service serves no gRPC."""
+        portal = self._app_transport.portal
+        if portal is None:
+            raise RuntimeError(NOT_STARTED)
+        return SyncStub(self._grpc.stub(stub_class), portal.call)
+
     def __enter__(self) -> Self:
         if self._portal_cm is not None:
             raise RuntimeError("the client is already running")
@@ -269,10 +284,18 @@ class ServiceClient(_ClientSetup, httpx.Client):
         await self._lifespan.start()
         self._app_transport.inner.state = self._lifespan.state
         self._app_transport.inner.running = True
+        try:
+            await self._grpc.open()
+        except BaseException:
+            await self._stop()
+            raise
 
     async def _stop(self) -> None:
         self._app_transport.inner.running = False
-        await self._lifespan.stop()
+        try:
+            await self._grpc.close()
+        finally:
+            await self._lifespan.stop()
 
     def _stop_portal(self) -> None:
         portal_cm, self._portal_cm = self._portal_cm, None
@@ -320,6 +343,7 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
         )
         self._app_transport = _AsyncAppTransport(harness.app)
         self._lifespan = Lifespan(harness.app, name=harness.app.name)
+        self._grpc = GrpcLink(harness.app)
         super().__init__(transport=self._app_transport, base_url=base_url, **client_options)
 
     def as_user(self, sub: str | None, *, roles: Iterable[str] = (), **claims: Any) -> httpx.AsyncClient:
@@ -338,6 +362,14 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
         """The async counterpart of :meth:`ServiceClient.websocket_connect`: ``async with``, awaited methods."""
         return _async_websocket(self, self._app_transport, url, subprotocols, **options)
 
+    def grpc(self, stub_class: Callable[[Channel], StubT]) -> StubT:
+        """``stub_class`` (a grpclib stub) on an in-process channel to the running app: ``await
+        client.grpc(DocumentServiceStub).GetDocument(request, metadata=...)``, or ``.open()`` for the stream's
+        trailers. See :meth:`ServiceClient.grpc`."""
+        if not self._app_transport.running:
+            raise RuntimeError(NOT_STARTED)
+        return self._grpc.stub(stub_class)
+
     async def __aenter__(self) -> Self:
         if self._app_transport.running:
             raise RuntimeError("the client is already running")
@@ -349,6 +381,11 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
             raise
         self._app_transport.state = self._lifespan.state
         self._app_transport.running = True
+        try:
+            await self._grpc.open()
+        except BaseException:
+            await self.__aexit__()
+            raise
         return self
 
     async def __aexit__(
@@ -359,6 +396,7 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
     ) -> None:
         self._app_transport.running = False
         try:
+            await self._grpc.close()
             await self._lifespan.stop()
         finally:
             await super().__aexit__(exc_type, exc_value, traceback)
