@@ -141,10 +141,13 @@ EXPECTED = {
     ],
     "bastion.testing": [
         "AsyncServiceClient",
+        "AsyncWebSocketSession",
         "FakeClock",
         "PasetoMinter",
         "ServiceClient",
         "TokenMinter",
+        "WebSocketDenialResponse",
+        "WebSocketSession",
         "write_dev_keys",
     ],
     "bastion_core": [

@@ -23,7 +23,7 @@ from bastion import _extras as extras
 from bastion._assembly import INLINE_DEPENDENCIES as INLINE_DEPENDENCIES
 from bastion._connections import ConnectionSlots
 from bastion._metrics import Metrics
-from bastion._parts import ServiceParts, Slot
+from bastion._parts import DependencyOverrides, ServiceParts, Slot
 from bastion._pipeline import grpc_steps
 from bastion._security import Posture, Security
 from bastion._tracing import Tracing
@@ -111,6 +111,16 @@ class BastionApp:
             health=self.health, dispatcher=self.dispatcher, steps=tuple(self.steps),
             stack=assembly.stack(self.steps, self.dispatcher),
         )  # fmt: skip
+
+    @property
+    def dependency_overrides(self) -> DependencyOverrides:
+        """FastAPI's ``app.dependency_overrides``: the service's mapping (``service.dependency_overrides``), read
+        on every request, so setting or replacing it after the build takes effect at the next request."""
+        return self.parts.overrides.dependency_overrides
+
+    @dependency_overrides.setter
+    def dependency_overrides(self, overrides: DependencyOverrides) -> None:
+        self.parts.overrides.dependency_overrides = overrides
 
     def posture(self) -> Posture:
         """What protects this app: the ``security_posture`` log line at start-up."""

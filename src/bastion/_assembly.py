@@ -24,7 +24,7 @@ from bastion._claims import current_claims, optional_claims
 from bastion._compat import fastapi as fastapi_compat
 from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
 from bastion._metrics import Metrics, serve_metrics
-from bastion._parts import SECURITY_SLOTS, ServiceParts, Slot
+from bastion._parts import SECURITY_SLOTS, OverridesProvider, ServiceParts, Slot
 from bastion._pipeline import Step, assemble, pipeline
 from bastion._security import Security
 from bastion._tracing import Tracer
@@ -148,7 +148,8 @@ def gates(
 
 def routes(parts: ServiceParts, settings: Settings, *, names: Identity, gates: Callable[[int], Gates]) -> Routes:
     """Each version's routes under its prefix, in one route table with the docs' own entries."""
-    router = APIRouter()
+    # The service provides the overrides, as a FastAPI app does for its routers: read per request (see _parts).
+    router = APIRouter(dependency_overrides_provider=parts.overrides)
     docs = ApiDocs(
         parts.api,
         base_path=names.base_path,
@@ -162,7 +163,7 @@ def routes(parts: ServiceParts, settings: Settings, *, names: Identity, gates: C
         prefix = parts.api.prefix(number, names.base_path)
         router.include_router(version, prefix=prefix)
         table = RouteTable.from_router(
-            version_router(version, prefix),
+            version_router(version, prefix, overrides=parts.overrides),
             version=number,
             compile_with=INLINE_DEPENDENCIES if settings.service.compiled_handlers else None,
         )
@@ -170,9 +171,10 @@ def routes(parts: ServiceParts, settings: Settings, *, names: Identity, gates: C
     return Routes(router=router, table=RouteTable(entries), docs=docs)
 
 
-def version_router(version: ApiVersion, prefix: str) -> APIRouter:
-    """A router holding only ``version`` under ``prefix``, for reading its routes' full templates."""
-    router = APIRouter()
+def version_router(version: ApiVersion, prefix: str, *, overrides: OverridesProvider | None = None) -> APIRouter:
+    """A router holding only ``version`` under ``prefix``, for reading its routes' full templates (and their
+    handlers, which read ``dependency_overrides`` from ``overrides``)."""
+    router = APIRouter(dependency_overrides_provider=overrides)
     router.include_router(version, prefix=prefix)
     return router
 

@@ -9,7 +9,7 @@ import enum
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.routing import BaseRoute
 
@@ -42,6 +42,21 @@ call's metadata, lower-case names, latin-1 bytes), ``client`` and the request id
 """
 GrpcExtractor = Callable[[Any], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
 """``message -> resource attributes`` for a gRPC method (``def`` or ``async def``)."""
+DependencyOverrides = dict[Callable[..., Any], Callable[..., Any]]
+"""FastAPI's ``dependency_overrides``: ``{original dependency: replacement}``, read on every request."""
+
+
+class OverridesProvider(Protocol):
+    """What FastAPI's routers read overrides from (their ``dependency_overrides_provider``): the service."""
+
+    dependency_overrides: DependencyOverrides
+
+
+@dataclass(slots=True)
+class NoOverrides:
+    """The provider of an app built from parts no service made (its mapping starts empty all the same)."""
+
+    dependency_overrides: DependencyOverrides = field(default_factory=dict)
 
 
 class Slot(enum.Enum):
@@ -103,3 +118,6 @@ class ServiceParts:
     schema's resource attributes (``bastion.policy._schema``)."""
     lifespan: Lifespan | None = None
     exception_handlers: ExceptionHandlers = field(default_factory=ExceptionHandlers)
+    overrides: OverridesProvider = field(default_factory=NoOverrides)
+    """Where the routes read ``dependency_overrides`` per request: the service itself, so a mapping set or
+    replaced after the build still counts."""

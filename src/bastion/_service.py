@@ -108,6 +108,9 @@ class Service:
         self._consumers: list[ConsumerSpec] = []
         self._responders: list[ResponderSpec] = []
         self._exception_handlers: dict[type[BaseException], Any] = {}
+        # FastAPI's {dependency: replacement}, read per request by every route of every app built from this
+        # service (also app.dependency_overrides), so it may be set before or after build(): docs/testing.md.
+        self.dependency_overrides: dict[Callable[..., Any], Callable[..., Any]] = {}
 
     @_before_build
     def version(self, number: int, **kwargs: Any) -> ApiVersion:
@@ -426,6 +429,7 @@ class Service:
             grpc_extractors=MappingProxyType(dict(self._grpc_extractors)),
             resource_attributes=MappingProxyType(dict(self._resource_attributes)),
             lifespan=self.lifespan,
+            overrides=self,
             exception_handlers=ExceptionHandlers(
                 service=MappingProxyType(dict(self._exception_handlers)),
                 versions=MappingProxyType(

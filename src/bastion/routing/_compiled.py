@@ -67,6 +67,16 @@ _JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 _NO_QUERY: Mapping[str, str] = {}
 
 
+class _NoOverrides:
+    """The overrides of a route whose router has no ``dependency_overrides_provider``: none, ever."""
+
+    def __init__(self) -> None:
+        self.dependency_overrides: Mapping[Any, Any] = {}
+
+
+_NO_OVERRIDES = _NoOverrides()
+
+
 class _Fallback(Exception):
     """The compiled path cannot answer this request as FastAPI would: FastAPI's handler answers it."""
 
@@ -175,7 +185,8 @@ class CompiledHandler:
             name for name in (dependant.request_param_name, dependant.http_connection_param_name) if name
         ]
         self.needs_request = bool(self.request_names or inline or self.body_field is not None)
-        self.overrides = context.dependency_overrides_provider
+        # Read per request, as FastAPI does: a mapping filled after the build still counts.
+        self.overrides = context.dependency_overrides_provider or _NO_OVERRIDES
         self.endpoint = context.endpoint
         self.route = context.original_route
         self.status_code: int | None = context.status_code
@@ -204,7 +215,7 @@ class CompiledHandler:
         scope["endpoint"] = self.endpoint
         scope["route"] = self.route
         scope.setdefault(_FASTAPI_SCOPE, {})[_EFFECTIVE_ROUTE_CONTEXT] = self.context
-        if self.overrides is not None and getattr(self.overrides, "dependency_overrides", None):
+        if self.overrides.dependency_overrides:
             await self.fallback(scope, receive, send)
             return
         request = Request(scope, receive, send) if self.needs_request else None

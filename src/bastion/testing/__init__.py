@@ -7,6 +7,17 @@ See docs/testing.md. Development and testing only: a service never issues tokens
 
 from bastion.testing._client import AsyncServiceClient, ServiceClient
 from bastion.testing._tokens import PasetoMinter, TokenMinter, write_dev_keys
+from bastion.testing._websocket import AsyncWebSocketSession, WebSocketDenialResponse, WebSocketSession
 from bastion_core.testing import FakeClock
 
-__all__ = ["AsyncServiceClient", "FakeClock", "PasetoMinter", "ServiceClient", "TokenMinter", "write_dev_keys"]
+__all__ = [
+    "AsyncServiceClient",
+    "AsyncWebSocketSession",
+    "FakeClock",
+    "PasetoMinter",
+    "ServiceClient",
+    "TokenMinter",
+    "WebSocketDenialResponse",
+    "WebSocketSession",
+    "write_dev_keys",
+]

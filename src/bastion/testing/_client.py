@@ -2,27 +2,31 @@
 
 :class:`AsyncServiceClient` is an ``httpx.AsyncClient`` over ``httpx.ASGITransport``. :class:`ServiceClient` is an
 ``httpx.Client`` whose transport hands each request to the same ASGI transport in an event loop on a helper
-thread (an anyio blocking portal), where the app's lifespan runs too. Neither imports
-``starlette.testclient``, which warns (``StarletteDeprecationWarning``) when httpx rather than httpx2 is
-installed.
+thread (an anyio blocking portal), where the app's lifespan runs too. ``websocket_connect`` opens a WebSocket
+session on the same app (``bastion.testing._websocket``). Neither imports ``starlette.testclient``, which warns
+(``StarletteDeprecationWarning``) when httpx rather than httpx2 is installed.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio.from_thread
 import httpx
 
+from bastion.testing._grpc import GrpcLink, StubT, SyncStub
 from bastion.testing._harness import Harness, Minter, prepare, resolve_settings
 from bastion.testing._lifespan import Lifespan
+from bastion.testing._websocket import AsyncWebSocketSession, WebSocketSession, handshake_scope
 from bastion.types import Receive, Scope, Send
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
+
+    from grpclib.client import Channel
 
     from bastion._app import BastionApp
     from bastion._service import Service
@@ -57,6 +61,12 @@ class _AsyncAppTransport(httpx.AsyncBaseTransport):
             raise RuntimeError(NOT_STARTED)
         return await self.asgi.handle_async_request(request)
 
+    def websocket(self, request: httpx.Request, subprotocols: Sequence[str]) -> AsyncWebSocketSession:
+        """A session for the WebSocket handshake ``request`` (opened by entering it), with the lifespan state."""
+        if not self.running:
+            raise RuntimeError(NOT_STARTED)
+        return AsyncWebSocketSession(self.app, handshake_scope(request, subprotocols=subprotocols, state=self.state))
+
     async def aclose(self) -> None:
         """Nothing to release: the app is stopped by the client that built it."""
 
@@ -82,6 +92,55 @@ class _PortalTransport(httpx.BaseTransport):
 
     def close(self) -> None:
         """Nothing to release: the app is stopped by the client that built it."""
+
+
+def _sync_websocket(
+    client: httpx.Client, transport: _PortalTransport, url: str, subprotocols: Sequence[str] | None, **options: Any
+) -> WebSocketSession:
+    if transport.portal is None:
+        raise RuntimeError(NOT_STARTED)
+    request = client.build_request("GET", url, **options)
+    session = transport.portal.call(transport.inner.websocket, request, list(subprotocols or ()))
+    return WebSocketSession(session, transport.portal.call)
+
+
+def _async_websocket(
+    client: httpx.AsyncClient,
+    transport: _AsyncAppTransport,
+    url: str,
+    subprotocols: Sequence[str] | None,
+    **options: Any,
+) -> AsyncWebSocketSession:
+    return transport.websocket(client.build_request("GET", url, **options), list(subprotocols or ()))
+
+
+class _UserClient(httpx.Client):
+    """What :meth:`ServiceClient.as_user` returns: an ``httpx.Client`` for the running app, with WebSockets."""
+
+    def __init__(self, transport: _PortalTransport, **options: Any) -> None:
+        self._app_transport = transport
+        super().__init__(transport=transport, **options)
+
+    def websocket_connect(
+        self, url: str, subprotocols: Sequence[str] | None = None, **options: Any
+    ) -> WebSocketSession:
+        """See :meth:`ServiceClient.websocket_connect` (this client's token goes with the handshake)."""
+        return _sync_websocket(self, self._app_transport, url, subprotocols, **options)
+
+
+class _AsyncUserClient(httpx.AsyncClient):
+    """What :meth:`AsyncServiceClient.as_user` returns: an ``httpx.AsyncClient`` for the running app, with
+    WebSockets."""
+
+    def __init__(self, transport: _AsyncAppTransport, **options: Any) -> None:
+        self._app_transport = transport
+        super().__init__(transport=transport, **options)
+
+    def websocket_connect(
+        self, url: str, subprotocols: Sequence[str] | None = None, **options: Any
+    ) -> AsyncWebSocketSession:
+        """See :meth:`AsyncServiceClient.websocket_connect` (this client's token goes with the handshake)."""
+        return _async_websocket(self, self._app_transport, url, subprotocols, **options)
 
 
 class _ClientSetup:
@@ -170,17 +229,41 @@ class ServiceClient(_ClientSetup, httpx.Client):
         )
         self._app_transport = _PortalTransport(harness.app)
         self._lifespan = Lifespan(harness.app, name=harness.app.name)
+        self._grpc = GrpcLink(harness.app)
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         super().__init__(transport=self._app_transport, base_url=base_url, **client_options)
 
     def as_user(self, sub: str | None, *, roles: Iterable[str] = (), **claims: Any) -> httpx.Client:
-        """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`)."""
-        return httpx.Client(
-            transport=self._app_transport,
+        """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`);
+        it has :meth:`websocket_connect` too."""
+        return _UserClient(
+            self._app_transport,
             base_url=self.base_url,
             headers=self._user_headers(self.headers, sub, roles, claims),
             follow_redirects=self.follow_redirects,
         )
+
+    def websocket_connect(
+        self, url: str, subprotocols: Sequence[str] | None = None, **options: Any
+    ) -> WebSocketSession:
+        """A WebSocket session on the running app, opened by ``with`` (as Starlette's TestClient's): the handshake
+        goes through the whole pipeline. ``options``: ``params``, ``headers``, ``cookies`` of the handshake.
+
+        ``with`` raises :class:`~bastion.testing.WebSocketDenialResponse` when the app answers the handshake
+        with an HTTP response (401 without a token, 403 from the policy), ``WebSocketDisconnect`` when it closes.
+        """
+        return _sync_websocket(self, self._app_transport, url, subprotocols, **options)
+
+    def grpc(self, stub_class: Callable[[Channel], Any]) -> SyncStub:
+        """A grpclib stub of the running app's gRPC service, called from sync code:
+        ``client.grpc(DocumentServiceStub).GetDocument(request, metadata={"authorization": f"Bearer {token}"})``
+        returns the reply (a list for a server-streaming method) or raises grpclib's ``GRPCError``. No server, no
+        port: the calls reach the app's own gRPC guard in-process (``bastion.testing._grpc``). RuntimeError when
+        the client is not running or the service serves no gRPC."""
+        portal = self._app_transport.portal
+        if portal is None:
+            raise RuntimeError(NOT_STARTED)
+        return SyncStub(self._grpc.stub(stub_class), portal.call)
 
     def __enter__(self) -> Self:
         if self._portal_cm is not None:
@@ -201,10 +284,18 @@ class ServiceClient(_ClientSetup, httpx.Client):
         await self._lifespan.start()
         self._app_transport.inner.state = self._lifespan.state
         self._app_transport.inner.running = True
+        try:
+            await self._grpc.open()
+        except BaseException:
+            await self._stop()
+            raise
 
     async def _stop(self) -> None:
         self._app_transport.inner.running = False
-        await self._lifespan.stop()
+        try:
+            await self._grpc.close()
+        finally:
+            await self._lifespan.stop()
 
     def _stop_portal(self) -> None:
         portal_cm, self._portal_cm = self._portal_cm, None
@@ -252,16 +343,32 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
         )
         self._app_transport = _AsyncAppTransport(harness.app)
         self._lifespan = Lifespan(harness.app, name=harness.app.name)
+        self._grpc = GrpcLink(harness.app)
         super().__init__(transport=self._app_transport, base_url=base_url, **client_options)
 
     def as_user(self, sub: str | None, *, roles: Iterable[str] = (), **claims: Any) -> httpx.AsyncClient:
-        """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`)."""
-        return httpx.AsyncClient(
-            transport=self._app_transport,
+        """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`);
+        it has :meth:`websocket_connect` too."""
+        return _AsyncUserClient(
+            self._app_transport,
             base_url=self.base_url,
             headers=self._user_headers(self.headers, sub, roles, claims),
             follow_redirects=self.follow_redirects,
         )
+
+    def websocket_connect(
+        self, url: str, subprotocols: Sequence[str] | None = None, **options: Any
+    ) -> AsyncWebSocketSession:
+        """The async counterpart of :meth:`ServiceClient.websocket_connect`: ``async with``, awaited methods."""
+        return _async_websocket(self, self._app_transport, url, subprotocols, **options)
+
+    def grpc(self, stub_class: Callable[[Channel], StubT]) -> StubT:
+        """``stub_class`` (a grpclib stub) on an in-process channel to the running app: ``await
+        client.grpc(DocumentServiceStub).GetDocument(request, metadata=...)``, or ``.open()`` for the stream's
+        trailers. See :meth:`ServiceClient.grpc`."""
+        if not self._app_transport.running:
+            raise RuntimeError(NOT_STARTED)
+        return self._grpc.stub(stub_class)
 
     async def __aenter__(self) -> Self:
         if self._app_transport.running:
@@ -274,6 +381,11 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
             raise
         self._app_transport.state = self._lifespan.state
         self._app_transport.running = True
+        try:
+            await self._grpc.open()
+        except BaseException:
+            await self.__aexit__()
+            raise
         return self
 
     async def __aexit__(
@@ -284,6 +396,7 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
     ) -> None:
         self._app_transport.running = False
         try:
+            await self._grpc.close()
             await self._lifespan.stop()
         finally:
             await super().__aexit__(exc_type, exc_value, traceback)

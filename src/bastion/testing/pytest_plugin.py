@@ -7,7 +7,8 @@ module's name, so both at once register it once.
 
 Override ``bastion_service`` (required: your :class:`~bastion.Service`), ``bastion_config`` (a TOML file, or
 ``None`` for the embedded defaults) and ``bastion_environ`` (``SERVICE_*`` overrides) in a ``conftest.py`` or a
-test module. ``bastion_async_client`` exists when pytest-asyncio is installed. See docs/testing.md.
+test module. ``bastion_async_client`` exists when pytest-asyncio is installed. Both clear the service's
+``dependency_overrides`` when the test ends. See docs/testing.md.
 """
 
 from __future__ import annotations
@@ -51,9 +52,13 @@ def bastion_environ() -> Mapping[str, str]:
 def bastion_client(
     bastion_service: Service, bastion_config: str | os.PathLike[str] | None, bastion_environ: Mapping[str, str]
 ) -> Iterator[ServiceClient]:
-    """A started :class:`~bastion.testing.ServiceClient` for ``bastion_service``; stopped after the test."""
-    with ServiceClient(bastion_service, config=bastion_config, environ=bastion_environ) as client:
-        yield client
+    """A started :class:`~bastion.testing.ServiceClient` for ``bastion_service``; stopped after the test, and
+    the service's ``dependency_overrides`` cleared."""
+    try:
+        with ServiceClient(bastion_service, config=bastion_config, environ=bastion_environ) as client:
+            yield client
+    finally:
+        bastion_service.dependency_overrides.clear()
 
 
 if importlib.util.find_spec("pytest_asyncio") is not None:
@@ -63,6 +68,10 @@ if importlib.util.find_spec("pytest_asyncio") is not None:
     async def bastion_async_client(
         bastion_service: Service, bastion_config: str | os.PathLike[str] | None, bastion_environ: Mapping[str, str]
     ) -> AsyncIterator[AsyncServiceClient]:
-        """A started :class:`~bastion.testing.AsyncServiceClient` (in the test's event loop); stopped after it."""
-        async with AsyncServiceClient(bastion_service, config=bastion_config, environ=bastion_environ) as client:
-            yield client
+        """A started :class:`~bastion.testing.AsyncServiceClient` (in the test's event loop); stopped after it, and
+        the service's ``dependency_overrides`` cleared."""
+        try:
+            async with AsyncServiceClient(bastion_service, config=bastion_config, environ=bastion_environ) as client:
+                yield client
+        finally:
+            bastion_service.dependency_overrides.clear()

@@ -23,6 +23,7 @@ USER_TESTS = """
 import sys
 
 import pytest
+from fastapi import Depends
 
 from bastion import Service
 
@@ -30,9 +31,18 @@ service = Service("probe-api", version="1.0.0")
 v1 = service.version(1)
 
 
+def get_store() -> str:
+    return "real"
+
+
 @v1.get("/ping")
 async def ping() -> dict[str, str]:
     return {"pong": "yes"}
+
+
+@v1.get("/store")
+async def store(name: str = Depends(get_store)) -> dict[str, str]:
+    return {"store": name}
 
 
 @pytest.fixture
@@ -48,6 +58,16 @@ def test_sync_client(bastion_client):
 @pytest.mark.asyncio
 async def test_async_client(bastion_async_client):
     assert (await bastion_async_client.as_user("alice").get("/api/v1/ping")).json() == {"pong": "yes"}
+
+
+def test_an_override_applies_in_its_test(bastion_client):
+    bastion_client.app.dependency_overrides[get_store] = lambda: "fake"
+    assert bastion_client.as_user("alice").get("/api/v1/store").json() == {"store": "fake"}
+
+
+def test_the_fixture_cleared_the_override_of_the_test_before(bastion_client):
+    assert service.dependency_overrides == {}
+    assert bastion_client.as_user("alice").get("/api/v1/store").json() == {"store": "real"}
 
 
 def test_starlette_testclient_is_never_imported():
@@ -99,7 +119,7 @@ def user_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 def test_the_fixtures_work_without_a_warning(user_run: str) -> None:
     summary = user_run.strip().splitlines()[-1]
-    assert re.fullmatch(r"3 passed, 1 error in [0-9.]+s", summary), user_run
+    assert re.fullmatch(r"5 passed, 1 error in [0-9.]+s", summary), user_run
 
 
 def test_a_forgotten_service_fixture_is_named(user_run: str) -> None:
