@@ -142,8 +142,10 @@ EXPECTED = {
     "bastion.testing": [
         "AsyncServiceClient",
         "FakeClock",
+        "MemoryBroker",
         "PasetoMinter",
         "ServiceClient",
+        "SyncMemoryBroker",
         "TokenMinter",
         "write_dev_keys",
     ],

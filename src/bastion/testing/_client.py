@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio.from_thread
 import httpx
 
+from bastion.testing._broker import BrokerChoice, SyncMemoryBroker, build_option, memory_broker
 from bastion.testing._harness import Harness, Minter, prepare, resolve_settings
 from bastion.testing._lifespan import Lifespan
 from bastion.types import Receive, Scope, Send
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
     from bastion._app import BastionApp
     from bastion._service import Service
+    from bastion.broker._memory import MemoryBroker
     from bastion.config import Settings
 
 BASE_URL = "http://testserver"
@@ -98,9 +100,11 @@ class _ClientSetup:
         environ: Mapping[str, str] | None,
         minter: Minter | None,
         replace_token_key: bool,
+        broker: BrokerChoice | None = None,
     ) -> Harness:
         loaded = resolve_settings(settings=settings, config=config, environ=environ)
-        self.harness = prepare(service, loaded, minter=minter, replace_token_key=replace_token_key)
+        memory = build_option(service, loaded, broker)
+        self.harness = prepare(service, loaded, minter=minter, replace_token_key=replace_token_key, broker=memory)
         return self.harness
 
     @property
@@ -158,6 +162,7 @@ class ServiceClient(_ClientSetup, httpx.Client):
         minter: Minter | None = None,
         replace_token_key: bool = True,
         base_url: str = BASE_URL,
+        broker: BrokerChoice | None = None,
         **client_options: Any,
     ) -> None:
         harness = self._prepare(
@@ -167,11 +172,23 @@ class ServiceClient(_ClientSetup, httpx.Client):
             environ=environ,
             minter=minter,
             replace_token_key=replace_token_key,
+            broker=broker,
         )
         self._app_transport = _PortalTransport(harness.app)
         self._lifespan = Lifespan(harness.app, name=harness.app.name)
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         super().__init__(transport=self._app_transport, base_url=base_url, **client_options)
+
+    @property
+    def broker(self) -> SyncMemoryBroker:
+        """The in-memory broker (docs/testing.md): ``published(subject)``, ``publish``, ``request``, ``drain``,
+        ``advance``; RuntimeError when the client runs the NATS broker, or none."""
+        return SyncMemoryBroker(memory_broker(self.app), self._in_app_loop)
+
+    def _in_app_loop(self, call: Any) -> Any:
+        if self._app_transport.portal is None:
+            raise RuntimeError(NOT_STARTED)
+        return self._app_transport.portal.call(call)
 
     def as_user(self, sub: str | None, *, roles: Iterable[str] = (), **claims: Any) -> httpx.Client:
         """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`)."""
@@ -240,6 +257,7 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
         minter: Minter | None = None,
         replace_token_key: bool = True,
         base_url: str = BASE_URL,
+        broker: BrokerChoice | None = None,
         **client_options: Any,
     ) -> None:
         harness = self._prepare(
@@ -249,10 +267,18 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
             environ=environ,
             minter=minter,
             replace_token_key=replace_token_key,
+            broker=broker,
         )
         self._app_transport = _AsyncAppTransport(harness.app)
         self._lifespan = Lifespan(harness.app, name=harness.app.name)
         super().__init__(transport=self._app_transport, base_url=base_url, **client_options)
+
+    @property
+    def broker(self) -> MemoryBroker:
+        """The in-memory broker (docs/testing.md): ``published(subject)``, ``await publish(...)``, ``await
+        request(...)``, ``await drain()``, ``await advance(s)``; RuntimeError when the client runs the NATS
+        broker, or none."""
+        return memory_broker(self.app)
 
     def as_user(self, sub: str | None, *, roles: Iterable[str] = (), **claims: Any) -> httpx.AsyncClient:
         """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`)."""
