@@ -60,7 +60,8 @@ def subjects_overlap(first: str, second: str) -> bool:
 
 @dataclass(slots=True, kw_only=True)
 class _Delivery:
-    """A stored message a durable consumer has not settled: when it is due, how often it was delivered."""
+    """A stored message a durable consumer has not settled, due at ``due`` on the broker's clock (its
+    ``deliveries`` so far are in the message; ``order`` keeps publishing order among equal times)."""
 
     message: BrokerMessage
     due: float
