@@ -42,7 +42,9 @@ log = structlog.get_logger("bastion.app")
 class BastionApp:
     """The built ASGI application: the pipeline's steps over the dispatcher, plus lifespan hooks."""
 
-    def __init__(self, parts: ServiceParts, settings: Settings, *, tracer_provider: Any = None) -> None:
+    def __init__(
+        self, parts: ServiceParts, settings: Settings, *, tracer_provider: Any = None, memory_broker: bool = False
+    ) -> None:
         parts.api.validate()
         self.parts, self.settings, self.state = parts, settings, State()
         names = assembly.identity(parts, settings)
@@ -56,6 +58,7 @@ class BastionApp:
         self._watcher: asyncio.Task[None] | None = None
         self._lifespan_context: contextlib.AbstractAsyncContextManager[Any] | None = None
         self.grpc: Any = None  # bastion.grpc._server.GrpcServer once started
+        self._memory_broker = memory_broker
         self.built = self._assemble(names)
         self.stack = self.built.stack
 
@@ -86,7 +89,7 @@ class BastionApp:
         )
         messaging = assembly.messaging(
             settings, parts.broker, names=names, auditor=security.auditor, metrics=metrics, tracer=self.tracer,
-            callbacks=callbacks,
+            callbacks=callbacks, memory=self._memory_broker,
         )  # fmt: skip
         self.broker, self.cluster, self.audit_sink = messaging.broker, messaging.cluster, messaging.audit_sink
         self.health = assembly.readiness(parts, settings, names=names, security=security, broker=messaging.broker)

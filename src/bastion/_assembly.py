@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the broker's modules import nats-py (the broker extra): loa
     from bastion.broker._audit_sink import BrokerAuditSink
     from bastion.broker._broker import Broker
     from bastion.broker._cluster import ClusterSync
+    from bastion.broker._memory import MemoryBroker
 
 DEFAULT_SERVICE_NAME = "bastion-service"
 DEFAULT_SERVICE_VERSION = "0.1.0"
@@ -76,7 +77,7 @@ class Routes:
 class Messaging:
     """The broker (``None`` without ``broker.url``), its cluster announcements and audit sink."""
 
-    broker: Broker | None = None
+    broker: Broker | MemoryBroker | None = None
     cluster: ClusterSync | None = None
     audit_sink: BrokerAuditSink | None = None
 
@@ -188,8 +189,13 @@ def messaging(
     metrics: Metrics,
     tracer: Tracer | None,
     callbacks: Callbacks,
+    memory: bool = False,
 ) -> Messaging:
-    """The broker with the declared streams, or nothing (refusing a service that declares broker work then)."""
+    """The broker with the declared streams, or nothing (refusing a service that declares broker work then).
+
+    ``memory``: the in-memory broker of the test clients, whatever ``[broker]`` says (``broker.url`` unused)."""
+    if memory:
+        return memory_messaging(settings, declared, names=names, auditor=auditor, metrics=metrics, callbacks=callbacks)
     if settings.broker is None or not settings.broker.active:
         if not declared.empty:
             raise ConfigError(
@@ -214,6 +220,33 @@ def messaging(
     return Messaging(broker=broker, cluster=cluster, audit_sink=audit_sink(broker, settings.audit, names, auditor))
 
 
+def memory_messaging(
+    settings: Settings,
+    declared: BrokerPlan,
+    *,
+    names: Identity,
+    auditor: Auditor,
+    metrics: Metrics,
+    callbacks: Callbacks,
+) -> Messaging:
+    """The service's broker work on the in-memory broker (``bastion.broker._memory``): needs no nats-py."""
+    from bastion.broker._cluster import ClusterSync
+    from bastion.broker._memory import MemoryBroker
+
+    broker_settings = settings.broker or BrokerSettings()
+    cluster = ClusterSync(
+        service=names.name, on_reload=callbacks.reload_announced, on_revoke=callbacks.revoke_announced
+    )
+    plan = dataclasses.replace(
+        declared,
+        streams=streams(broker_settings, declared),
+        subscribers=(*declared.subscribers, cluster.subscriber()),
+    )
+    broker = MemoryBroker(broker_settings, plan, service=names.name, metrics=metrics)
+    cluster.broker = broker
+    return Messaging(broker=broker, cluster=cluster, audit_sink=audit_sink(broker, settings.audit, names, auditor))
+
+
 def streams(settings: BrokerSettings, declared: BrokerPlan) -> tuple[StreamSpec, ...]:
     """The declared streams; a ``[broker.streams.NAME]`` table replaces the declaration of the same name."""
     configured = {
@@ -229,7 +262,9 @@ def streams(settings: BrokerSettings, declared: BrokerPlan) -> tuple[StreamSpec,
     return (*(spec for spec in declared.streams if spec.name not in configured), *configured.values())
 
 
-def audit_sink(broker: Broker, audit: AuditSettings, names: Identity, auditor: Auditor) -> BrokerAuditSink | None:
+def audit_sink(
+    broker: Broker | MemoryBroker, audit: AuditSettings, names: Identity, auditor: Auditor
+) -> BrokerAuditSink | None:
     """With audit on, the sink that publishes audit events on the broker (added to the auditor's sinks)."""
     if not auditor.enabled:
         return None
@@ -241,14 +276,20 @@ def audit_sink(broker: Broker, audit: AuditSettings, names: Identity, auditor: A
 
 
 def readiness(
-    parts: ServiceParts, settings: Settings, *, names: Identity, security: Security, broker: Broker | None
+    parts: ServiceParts,
+    settings: Settings,
+    *,
+    names: Identity,
+    security: Security,
+    broker: Broker | MemoryBroker | None,
 ) -> Health:
     """``/health`` and ``/ready``: the service's checks, the cache store's and the broker's when they are used."""
     checks = list(parts.checks)
     if settings.cache_store.url is not None:
         checks.append(ReadinessCheck(name="cache_store", check=security.cache_store.ping))
-    if broker is not None and settings.broker is not None:
-        checks.append(ReadinessCheck(name="broker", check=broker.ready, optional=settings.broker.optional))
+    if broker is not None:
+        optional = settings.broker is not None and settings.broker.optional
+        checks.append(ReadinessCheck(name="broker", check=broker.ready, optional=optional))
     return Health(service=names.name, version=names.version, checks=checks, timeout=settings.service.ready_timeout_secs)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from starlette.routing import BaseRoute
 
@@ -395,17 +395,21 @@ class Service:
 
         return add
 
-    def build(self, settings: Settings | None = None, *, tracer_provider: Any = None) -> BastionApp:
+    def build(
+        self, settings: Settings | None = None, *, tracer_provider: Any = None, broker: Literal["memory"] | None = None
+    ) -> BastionApp:
         """The ASGI application for ``settings`` (embedded defaults when ``None``).
 
         ``tracer_provider``: an OpenTelemetry SDK ``TracerProvider`` to trace into (an in-memory exporter in
         tests, or one the application set up itself); it turns tracing on whatever ``[tracing]`` says.
+        ``broker="memory"``: the in-memory test broker instead of ``broker.url`` (docs/testing.md).
         May be called again (with other settings); registering more after the first call raises ConfigError.
         """
         from bastion._app import BastionApp
 
         self._built = True
-        return BastionApp(self.parts(), settings or load_settings(environ={}), tracer_provider=tracer_provider)
+        settings = settings or load_settings(environ={})
+        return BastionApp(self.parts(), settings, tracer_provider=tracer_provider, memory_broker=broker == "memory")
 
     def parts(self) -> ServiceParts:
         """A frozen snapshot of everything registered (what the app is built from)."""

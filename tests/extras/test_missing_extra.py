@@ -122,3 +122,32 @@ def test_both_programs_import_and_serve_without_any_extra() -> None:
     result = _run([sys.executable, "-c", PROBE], blocked=EVERY_OPTIONAL)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "statuses 200 403"
+
+
+MEMORY_BROKER_PROBE = """
+from bastion import Service
+from bastion.broker import BrokerMessage
+from bastion.testing import ServiceClient
+
+service = Service("shop")
+service.version(1)
+service.stream("ORDERS", subjects=["orders.>"])
+seen = []
+
+
+@service.consume("orders.placed", durable="billing")
+async def bill(order: dict, message: BrokerMessage) -> None:
+    seen.append(message.deliveries)
+
+
+with ServiceClient(service, environ={"SERVICE_TOKEN_ENABLED": "false"}) as client:
+    client.broker.publish("orders.placed", {"id": "o-1"})
+    published = client.broker.published("orders.>")
+print("deliveries", seen, len(published))
+"""
+
+
+def test_the_in_memory_test_broker_needs_no_broker_extra() -> None:
+    result = _run([sys.executable, "-c", MEMORY_BROKER_PROBE], blocked="nats")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "deliveries [1] 1"

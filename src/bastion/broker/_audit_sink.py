@@ -14,7 +14,7 @@ import re
 import structlog
 
 from bastion._audit import AuditEvent
-from bastion.broker._broker import Broker
+from bastion.broker._handlers import Publisher
 from bastion.errors import BrokerUnavailable
 
 log = structlog.get_logger("bastion.audit")
@@ -29,7 +29,7 @@ def subject_token(name: str) -> str:
 
 
 class BrokerAuditSink:
-    def __init__(self, broker: Broker, *, prefix: str, service: str, buffer: int) -> None:
+    def __init__(self, broker: Publisher, *, prefix: str, service: str, buffer: int) -> None:
         self.broker = broker
         self.prefix = f"{prefix}.{subject_token(service)}"
         self.service = service

@@ -21,11 +21,10 @@ from bastion import _tracing as tracing
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.broker._connection import BrokerConnection
 from bastion.broker._handlers import BrokerHandle, BrokerMessage, encode
-from bastion.errors import BrokerRequestFailed, BrokerTimeout, BrokerUnavailable, NoResponders
+from bastion.broker._outcomes import failed_reply
+from bastion.errors import BrokerTimeout, BrokerUnavailable, NoResponders
 
 log = structlog.get_logger("bastion.broker")
-
-ERROR_HEADER = "Bastion-Error"
 
 
 class BrokerClient(BrokerHandle):
@@ -115,9 +114,10 @@ class BrokerClient(BrokerHandle):
             self.metrics.broker_request("unavailable")
             raise BrokerUnavailable(f"request failed: {type(exc).__name__}") from None
         message = message_from(reply)
-        if ERROR_HEADER in message.headers:
+        failed = failed_reply(message)
+        if failed is not None:
             self.metrics.broker_request("failed")
-            raise BrokerRequestFailed(responder_error=message.data.decode(errors="replace"))
+            raise failed
         self.metrics.broker_request("ok")
         return message
 

@@ -16,8 +16,7 @@ from typing import Any
 import structlog
 
 from bastion.broker._audit_sink import subject_token
-from bastion.broker._broker import Broker
-from bastion.broker._handlers import BoundHandler, BrokerMessage
+from bastion.broker._handlers import BoundHandler, BrokerMessage, Publisher
 from bastion.broker._specs import SubscriberSpec
 from bastion.errors import BrokerUnavailable
 
@@ -34,7 +33,7 @@ class ClusterSync:
         self.prefix = f"{CONTROL_PREFIX}.{subject_token(service)}"
         self.on_reload = on_reload
         self.on_revoke = on_revoke
-        self.broker: Broker | None = None
+        self.broker: Publisher | None = None
 
     def subscriber(self) -> SubscriberSpec:
         """The subscription every instance runs (no queue group: each instance must apply every announcement)."""

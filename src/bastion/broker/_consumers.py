@@ -20,18 +20,16 @@ from nats.js.errors import NotFoundError as JetStreamNotFound
 
 from bastion import _tracing as tracing
 from bastion._metrics import Metrics
-from bastion.broker._client import ERROR_HEADER, message_from, messaging_attributes
+from bastion.broker import _outcomes as outcomes
+from bastion.broker._client import message_from, messaging_attributes
 from bastion.broker._connection import MAX_BACKGROUND_BACKOFF_SECS, BrokerConnection
-from bastion.broker._handlers import BrokerHandle, BrokerMessage, encode
+from bastion.broker._handlers import BrokerHandle, BrokerMessage
 from bastion.broker._specs import BrokerPlan, ConsumerSpec, ResponderSpec, SubscriberSpec
 from bastion.broker._streams import ensure_stream
-from bastion.errors import BastionError, BrokerUnavailable, ConfigError
-from bastion_core import backoff_delay
+from bastion.errors import BrokerUnavailable, ConfigError
 
 log = structlog.get_logger("bastion.broker")
 
-DEAD_LETTER_HEADERS = ("Bastion-Original-Subject", "Bastion-Deliveries", "Bastion-Error", "Bastion-Consumer")
-MAX_RETRY_DELAY_SECS = 60.0
 FETCH_WAIT_SECS = 1.0
 
 
@@ -115,7 +113,7 @@ class Consumers:
                 await pull.unsubscribe()
 
     def dead_letter_subject(self, spec: ConsumerSpec) -> str:
-        return spec.dead_letter_subject or f"{self.settings.dead_letter_prefix}.{spec.durable}"
+        return outcomes.dead_letter_subject(spec, self.settings.dead_letter_prefix)
 
     async def _confirm_subscriptions(self) -> None:
         """Return once the server has every subscription made so far, so start-up completes with them live.
@@ -208,11 +206,10 @@ class Consumers:
                 result = await spec.handler(message, self.handle)
             except Exception as exc:
                 tracing.fail(exc)
-                code = exc.code if isinstance(exc, BastionError) else "RESPONDER_ERROR"
                 log.warning("broker_responder_failed", responder=spec.subject, error=f"{type(exc).__name__}: {exc}")
-                reply, headers = encode({"error": str(exc), "code": code}), {ERROR_HEADER: code}
+                reply, headers = outcomes.error_reply(exc)
             else:
-                reply, headers = encode(result if result is not None else b""), {}
+                reply, headers = outcomes.reply_to(result)
             try:
                 await nc.publish(msg.reply, reply, headers=headers or None)
             except NatsError as exc:
@@ -256,16 +253,14 @@ class Consumers:
             self.metrics.broker_consumed(spec.durable, "ack")
 
     async def _failed(self, spec: ConsumerSpec, msg: Msg, message: BrokerMessage, exc: Exception) -> None:
-        error = f"{type(exc).__name__}: {exc}"[:500]
+        error = outcomes.failure(exc)
         try:
             if message.deliveries >= spec.max_deliveries:
                 await self._dead_letter(spec, message, error)
                 await msg.ack()
                 self.metrics.broker_consumed(spec.durable, "dead_letter")
                 return
-            delay = backoff_delay(
-                message.deliveries, base=spec.retry_delay, cap=MAX_RETRY_DELAY_SECS, random=lambda: 1.0
-            )
+            delay = outcomes.retry_delay(spec, message.deliveries)
             log.warning("broker_message_failed", deliveries=message.deliveries, retry_in=delay, error=error)
             await msg.nak(delay=delay)
             self.metrics.broker_consumed(spec.durable, "nak")
@@ -277,9 +272,7 @@ class Consumers:
         """Publish to the dead-letter subject: acknowledged by its stream when one stores it, else to whoever
         listens. Raises when that fails (the caller then leaves the message unacked: it comes again)."""
         subject = self.dead_letter_subject(spec)
-        headers = dict(
-            zip(DEAD_LETTER_HEADERS, (message.subject, str(message.deliveries), error, spec.durable), strict=True)
-        )
+        headers = outcomes.dead_letter_headers(spec, message, error)
         stream = self._dead_letter_streams.get(spec.durable)
         nc = self.connection.client()
         if stream is not None:

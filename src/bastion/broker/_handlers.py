@@ -15,7 +15,7 @@ import json
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -27,8 +27,16 @@ Handler = Callable[..., Any]
 
 
 class BrokerHandle:
-    """What a handler parameter annotated ``Broker`` receives (the Broker derives from this; defined here so the
-    handler layer need not import the broker)."""
+    """What a handler parameter annotated ``Broker`` receives (the Broker and the in-memory test broker derive
+    from this; defined here so the handler layer need not import either)."""
+
+
+class Publisher(Protocol):
+    """What publishes on the broker: the NATS Broker, or the in-memory one of the test clients."""
+
+    async def publish(
+        self, subject: str, data: Any, *, headers: Mapping[str, str] | None = None, ack: bool = False
+    ) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

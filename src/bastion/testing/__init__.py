@@ -1,10 +1,13 @@
 """Testing a Bastion service: test clients that build and start it, token minters, a clock to move by hand.
 
 ``ServiceClient`` / ``AsyncServiceClient`` build a service with test settings, run its lifespan and mint tokens it
-accepts (``client.as_user("alice", roles=["reader"])``); ``bastion.testing.pytest_plugin`` has the fixtures.
+accepts (``client.as_user("alice", roles=["reader"])``), and run the service's broker work in memory
+(``client.broker``: :class:`MemoryBroker`); ``bastion.testing.pytest_plugin`` has the fixtures.
 See docs/testing.md. Development and testing only: a service never issues tokens; its identity provider does.
 """
 
+from bastion.broker._memory import MemoryBroker
+from bastion.testing._broker import SyncMemoryBroker
 from bastion.testing._client import AsyncServiceClient, ServiceClient
 from bastion.testing._tokens import PasetoMinter, TokenMinter, write_dev_keys
 from bastion.testing._websocket import AsyncWebSocketSession, WebSocketDenialResponse, WebSocketSession
@@ -14,8 +17,10 @@ __all__ = [
     "AsyncServiceClient",
     "AsyncWebSocketSession",
     "FakeClock",
+    "MemoryBroker",
     "PasetoMinter",
     "ServiceClient",
+    "SyncMemoryBroker",
     "TokenMinter",
     "WebSocketDenialResponse",
     "WebSocketSession",

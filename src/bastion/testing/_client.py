@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio.from_thread
 import httpx
 
+from bastion.testing._broker import BrokerChoice, SyncMemoryBroker, build_option, memory_broker
 from bastion.testing._grpc import GrpcLink, StubT, SyncStub
 from bastion.testing._harness import Harness, Minter, prepare, resolve_settings
 from bastion.testing._lifespan import Lifespan
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
     from bastion._app import BastionApp
     from bastion._service import Service
+    from bastion.broker._memory import MemoryBroker
     from bastion.config import Settings
 
 BASE_URL = "http://testserver"
@@ -157,9 +159,11 @@ class _ClientSetup:
         environ: Mapping[str, str] | None,
         minter: Minter | None,
         replace_token_key: bool,
+        broker: BrokerChoice | None = None,
     ) -> Harness:
         loaded = resolve_settings(settings=settings, config=config, environ=environ)
-        self.harness = prepare(service, loaded, minter=minter, replace_token_key=replace_token_key)
+        memory = build_option(service, loaded, broker)
+        self.harness = prepare(service, loaded, minter=minter, replace_token_key=replace_token_key, broker=memory)
         return self.harness
 
     @property
@@ -217,6 +221,7 @@ class ServiceClient(_ClientSetup, httpx.Client):
         minter: Minter | None = None,
         replace_token_key: bool = True,
         base_url: str = BASE_URL,
+        broker: BrokerChoice | None = None,
         **client_options: Any,
     ) -> None:
         harness = self._prepare(
@@ -226,12 +231,24 @@ class ServiceClient(_ClientSetup, httpx.Client):
             environ=environ,
             minter=minter,
             replace_token_key=replace_token_key,
+            broker=broker,
         )
         self._app_transport = _PortalTransport(harness.app)
         self._lifespan = Lifespan(harness.app, name=harness.app.name)
         self._grpc = GrpcLink(harness.app)
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         super().__init__(transport=self._app_transport, base_url=base_url, **client_options)
+
+    @property
+    def broker(self) -> SyncMemoryBroker:
+        """The in-memory broker (docs/testing.md): ``published(subject)``, ``publish``, ``request``, ``drain``,
+        ``advance``; RuntimeError when the client runs the NATS broker, or none."""
+        return SyncMemoryBroker(memory_broker(self.app), self._in_app_loop)
+
+    def _in_app_loop(self, call: Any) -> Any:
+        if self._app_transport.portal is None:
+            raise RuntimeError(NOT_STARTED)
+        return self._app_transport.portal.call(call)
 
     def as_user(self, sub: str | None, *, roles: Iterable[str] = (), **claims: Any) -> httpx.Client:
         """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`);
@@ -331,6 +348,7 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
         minter: Minter | None = None,
         replace_token_key: bool = True,
         base_url: str = BASE_URL,
+        broker: BrokerChoice | None = None,
         **client_options: Any,
     ) -> None:
         harness = self._prepare(
@@ -340,11 +358,19 @@ class AsyncServiceClient(_ClientSetup, httpx.AsyncClient):
             environ=environ,
             minter=minter,
             replace_token_key=replace_token_key,
+            broker=broker,
         )
         self._app_transport = _AsyncAppTransport(harness.app)
         self._lifespan = Lifespan(harness.app, name=harness.app.name)
         self._grpc = GrpcLink(harness.app)
         super().__init__(transport=self._app_transport, base_url=base_url, **client_options)
+
+    @property
+    def broker(self) -> MemoryBroker:
+        """The in-memory broker (docs/testing.md): ``published(subject)``, ``await publish(...)``, ``await
+        request(...)``, ``await drain()``, ``await advance(s)``; RuntimeError when the client runs the NATS
+        broker, or none."""
+        return memory_broker(self.app)
 
     def as_user(self, sub: str | None, *, roles: Iterable[str] = (), **claims: Any) -> httpx.AsyncClient:
         """A client for the same running app whose requests carry a bearer token for ``sub`` (see :meth:`token`);

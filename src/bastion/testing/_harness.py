@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import SecretStr
 
@@ -105,13 +105,14 @@ def prepare(
     *,
     minter: Minter | None,
     replace_token_key: bool,
+    broker: Literal["memory"] | None = None,
 ) -> Harness:
     """Build ``service`` for a test client (see the module docstring for what is replaced).
 
     The generated key's file exists only while the app is built: the app reads its keys once, at build time,
     so nothing is left behind however the client ends. With token authentication explicitly off
     (``token.enabled = false``) nothing is replaced. Raises ConfigError for settings the service refuses (as
-    ``bastion run`` would) or a minter of another algorithm.
+    ``bastion run`` would) or a minter of another algorithm. ``broker="memory"``: the in-memory broker.
     """
     token = settings.token
     claims = {
@@ -122,9 +123,9 @@ def prepare(
     if minter is not None and token.enabled is not False:
         _check_minter(token, minter)
     if token.enabled is False or not replace_token_key:
-        return Harness(app=service.build(settings), settings=settings, minter=minter, claims=claims)
+        return Harness(app=service.build(settings, broker=broker), settings=settings, minter=minter, claims=claims)
     minter = minter or _new_minter(token)
     with tempfile.TemporaryDirectory(prefix="bastion-test-") as folder:
         settings = settings.model_copy(update={"token": _with_key(token, minter, Path(folder))})
-        app = service.build(settings)
+        app = service.build(settings, broker=broker)
     return Harness(app=app, settings=settings, minter=minter, claims=claims)
