@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute
 
 from bastion import _extras as extras
 from bastion._api_docs import ApiDocs
+from bastion._app_settings import app_settings
 from bastion._audit import Auditor
 from bastion._claims import current_claims, optional_claims
 from bastion._compat import fastapi as fastapi_compat
@@ -50,7 +51,7 @@ if TYPE_CHECKING:  # the broker's modules import nats-py (the broker extra): loa
 
 DEFAULT_SERVICE_NAME = "bastion-service"
 DEFAULT_SERVICE_VERSION = "0.1.0"
-INLINE_DEPENDENCIES = frozenset({current_claims, optional_claims, current_broker, optional_broker})
+INLINE_DEPENDENCIES = frozenset({current_claims, optional_claims, current_broker, optional_broker, app_settings})
 """Bastion's dependency providers that only read the scope: compiled handlers call them inline."""
 
 

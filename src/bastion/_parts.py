@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
 from bastion._exception_handlers import ExceptionHandlers
@@ -103,3 +104,5 @@ class ServiceParts:
     schema's resource attributes (``bastion.policy._schema``)."""
     lifespan: Lifespan | None = None
     exception_handlers: ExceptionHandlers = field(default_factory=ExceptionHandlers)
+    settings_model: type[BaseModel] | None = None
+    """The app's own settings model (``Service(settings=...)``): validates ``[app]`` and ``SERVICE_APP_*``."""

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
 from bastion._callables import as_async, check_shape
@@ -21,6 +22,7 @@ from bastion.broker._handlers import BoundHandler
 from bastion.broker._handlers import Handler as BrokerHandler
 from bastion.broker._specs import BrokerPlan, ConsumerSpec, ResponderSpec, Retention, StreamSpec, SubscriberSpec
 from bastion.config import Settings, load_settings
+from bastion.config._app import check_settings_model
 from bastion.config._values import check_subject
 from bastion.errors import ConfigError
 from bastion.policy import Normalizer, ResourceExtractor
@@ -70,6 +72,7 @@ class Service:
 
     Every callable it takes may be a ``def`` (run in the thread pool) or an ``async def``; one of the wrong
     shape is refused at registration (ConfigError). ``lifespan``: FastAPI's (:data:`~bastion._parts.Lifespan`).
+    ``settings``: the app's pydantic settings model for ``[app]`` (``service.settings``, ``Depends(app_settings)``).
     """
 
     def __init__(
@@ -79,9 +82,12 @@ class Service:
         version: str | None = None,
         api: VersionedApi | None = None,
         lifespan: Lifespan | None = None,
+        settings: type[BaseModel] | None = None,
     ) -> None:
         if lifespan is not None:
             check_shape(lifespan, what="Service(lifespan=...)", arguments=1)
+        self.settings_model = check_settings_model(settings)
+        self.settings: Any = None  # the instance of settings_model, once built
         self.lifespan = lifespan
         self.name = name
         self.service_version = version
@@ -393,16 +399,17 @@ class Service:
         return add
 
     def build(self, settings: Settings | None = None, *, tracer_provider: Any = None) -> BastionApp:
-        """The ASGI application for ``settings`` (embedded defaults when ``None``).
-
-        ``tracer_provider``: an OpenTelemetry SDK ``TracerProvider`` to trace into (an in-memory exporter in
-        tests, or one the application set up itself); it turns tracing on whatever ``[tracing]`` says.
-        May be called again (with other settings); registering more after the first call raises ConfigError.
+        """The ASGI application for ``settings`` (embedded defaults when ``None``); ``[app]`` validated into
+        ``service.settings``. ``tracer_provider``: an OpenTelemetry SDK ``TracerProvider`` to trace into (an
+        in-memory exporter in tests, or one the application set up itself); it turns tracing on whatever
+        ``[tracing]`` says. May be called again (with other settings); registering more after it raises ConfigError.
         """
         from bastion._app import BastionApp
 
         self._built = True
-        return BastionApp(self.parts(), settings or load_settings(environ={}), tracer_provider=tracer_provider)
+        app = BastionApp(self.parts(), settings or load_settings(environ={}), tracer_provider=tracer_provider)
+        self.settings = app.app_settings
+        return app
 
     def parts(self) -> ServiceParts:
         """A frozen snapshot of everything registered (what the app is built from)."""
@@ -426,6 +433,7 @@ class Service:
             grpc_extractors=MappingProxyType(dict(self._grpc_extractors)),
             resource_attributes=MappingProxyType(dict(self._resource_attributes)),
             lifespan=self.lifespan,
+            settings_model=self.settings_model,
             exception_handlers=ExceptionHandlers(
                 service=MappingProxyType(dict(self._exception_handlers)),
                 versions=MappingProxyType(
