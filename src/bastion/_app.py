@@ -49,6 +49,7 @@ class BastionApp:
         self.app_settings: Any = app_settings_from(parts.settings_model, settings.app)
         """The app's own settings (``Service(settings=...)``), or ``None``: what ``Depends(app_settings)`` gives."""
         names = assembly.identity(parts, settings)
+        settings = self.settings = assembly.with_route_limits(parts, settings, base_path=names.base_path)
         self.name, self.version, self.base_path = names.name, names.version, names.base_path
         self.metrics = Metrics(enabled=settings.metrics.enabled)
         self.tracing = Tracing.from_settings(

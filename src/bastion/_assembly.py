@@ -14,6 +14,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
+import structlog
 from fastapi import APIRouter
 from starlette.routing import BaseRoute
 
@@ -37,6 +38,7 @@ from bastion.config import AuditSettings, BrokerSettings, Settings
 from bastion.errors import ConfigError
 from bastion.policy._engine import LoadedPolicies
 from bastion.policy._routes import reload_policy_route
+from bastion.ratelimit._rules import merge_route_options
 from bastion.resilience._capability import ResilienceGuard
 from bastion.routing._fallback import Dispatcher
 from bastion.routing._openapi import Gates
@@ -114,6 +116,24 @@ def identity(parts: ServiceParts, settings: Settings) -> Identity:
         version=settings.service.version or parts.version or DEFAULT_SERVICE_VERSION,
         base_path=base_path,
     )
+
+
+def with_route_limits(parts: ServiceParts, settings: Settings, *, base_path: str) -> Settings:
+    """``settings`` with the routes' own limits (``rate_limit=`` on a route) in ``rate_limit.routes``; an entry of
+    the configuration for the same route wins (logged once here: ``rate_limit_route_option_replaced``)."""
+    options = {}
+    for number, version in parts.api.versions.items():
+        prefix = parts.api.prefix(number, base_path)
+        for route, rule in version.rate_limits:
+            # In a route template '{id}' is any segment, as the router reads it (in a rule key: numeric or UUID).
+            template = route.path.replace("{id}", "{id:str}")
+            options.update({f"{method} {prefix}{template}": rule for method in sorted(route.methods or ())})
+    if not options:
+        return settings
+    routes, replaced = merge_route_options(settings.rate_limit.routes, options)
+    for option, key in replaced:
+        structlog.get_logger("bastion.ratelimit").info("rate_limit_route_option_replaced", route=option, key=key)
+    return settings.model_copy(update={"rate_limit": settings.rate_limit.model_copy(update={"routes": routes})})
 
 
 def check_grpc_layers(parts: ServiceParts, settings: Settings) -> None:

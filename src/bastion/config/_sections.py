@@ -204,19 +204,22 @@ class CacheStoreSettings(Section):
 
 
 class RouteRule(Section):
-    """One ``[rate_limit.routes."<pattern>"]`` entry: one rate (per second, minute or hour) and a burst."""
+    """One ``[rate_limit.routes."<pattern>"]`` entry: one rate (per second, minute, hour or day) and a burst."""
 
     requests_per_second: PositiveInt | None = None
     requests_per_minute: PositiveInt | None = None
     requests_per_hour: PositiveInt | None = None
+    requests_per_day: PositiveInt | None = None
     burst_size: PositiveInt | None = None
     per_user: Bool = True
 
     @model_validator(mode="after")
     def _one_rate(self) -> RouteRule:
-        rates = [self.requests_per_second, self.requests_per_minute, self.requests_per_hour]
+        rates = [self.requests_per_second, self.requests_per_minute, self.requests_per_hour, self.requests_per_day]
         if sum(rate is not None for rate in rates) != 1:
-            raise ValueError("set exactly one of requests_per_second, requests_per_minute, requests_per_hour")
+            raise ValueError(
+                "set exactly one of requests_per_second, requests_per_minute, requests_per_hour, requests_per_day"
+            )
         return self
 
 
