@@ -91,9 +91,7 @@ def test_the_table_wins_over_the_route_option_for_the_same_route(tmp_path: Path)
     ]
 
 
-@pytest.mark.parametrize(
-    "text", ["10/fortnight", "0/minute", "ten/minute", "10/5 minutes", "-1/second", ""], ids=repr
-)
+@pytest.mark.parametrize("text", ["10/fortnight", "0/minute", "ten/minute", "10/5 minutes", "-1/second", ""], ids=repr)
 def test_a_bad_rate_is_refused_at_registration_in_one_line(text: str) -> None:
     with pytest.raises(ConfigError) as caught:
         notes_service(rate_limit=text)
