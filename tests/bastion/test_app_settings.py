@@ -136,8 +136,9 @@ def test_the_display_masks_secret_fields_secret_names_and_url_passwords(tmp_path
 
 
 def test_check_config_without_the_app_shows_no_app_values_and_says_why(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./.env read into the environment
     config = write_config(tmp_path, 'api_key = "k-123"\n')
     assert main(["check-config", str(config)]) == 0
     out, err = capsys.readouterr()
