@@ -33,6 +33,7 @@ EXPECTED = {
         "TokenError",
         "Unavailable",
         "VersionedApi",
+        "app_settings",
         "current_claims",
         "load_settings",
         "optional_claims",
@@ -67,6 +68,7 @@ EXPECTED = {
     "bastion.config": [
         "PATH_KEYS",
         "AccessLogSettings",
+        "AppTable",
         "AuditSettings",
         "BrokerSettings",
         "CacheStoreSettings",
@@ -87,6 +89,7 @@ EXPECTED = {
         "TracingSettings",
         "load_settings",
         "masked",
+        "masked_app",
         "read_file",
     ],
     "bastion.errors": [

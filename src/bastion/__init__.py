@@ -22,6 +22,7 @@ from bastion.errors import (
 
 if TYPE_CHECKING:
     from bastion._app import BastionApp
+    from bastion._app_settings import app_settings
     from bastion._cache_store import CacheStore, MemoryCacheStore, RedisCacheStore
     from bastion._claims import Claims, current_claims, optional_claims
     from bastion._guard import Exemptions, Guard
@@ -46,6 +47,7 @@ _LAZY = {
     "Settings": "bastion.config",
     "Slot": "bastion._parts",
     "VersionedApi": "bastion.routing",
+    "app_settings": "bastion._app_settings",
     "current_claims": "bastion._claims",
     "load_settings": "bastion.config",
     "optional_claims": "bastion._claims",
@@ -74,6 +76,7 @@ __all__ = [
     "TokenError",
     "Unavailable",
     "VersionedApi",
+    "app_settings",
     "current_claims",
     "load_settings",
     "optional_claims",

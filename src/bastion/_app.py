@@ -28,6 +28,7 @@ from bastion._pipeline import grpc_steps
 from bastion._security import Posture, Security
 from bastion._tracing import Tracing
 from bastion.config import Settings
+from bastion.config._app import app_settings_from
 from bastion.errors import ConfigError
 from bastion.policy._engine import LoadedPolicies
 from bastion.policy._normalize import default_normalizer
@@ -47,7 +48,10 @@ class BastionApp:
     ) -> None:
         parts.api.validate()
         self.parts, self.settings, self.state = parts, settings, State()
+        self.app_settings: Any = app_settings_from(parts.settings_model, settings.app)
+        """The app's own settings (``Service(settings=...)``), or ``None``: what ``Depends(app_settings)`` gives."""
         names = assembly.identity(parts, settings)
+        settings = self.settings = assembly.with_route_limits(parts, settings, base_path=names.base_path)
         self.name, self.version, self.base_path = names.name, names.version, names.base_path
         self.metrics = Metrics(enabled=settings.metrics.enabled)
         self.tracing = Tracing.from_settings(

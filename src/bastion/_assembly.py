@@ -14,11 +14,13 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
+import structlog
 from fastapi import APIRouter
 from starlette.routing import BaseRoute
 
 from bastion import _extras as extras
 from bastion._api_docs import ApiDocs
+from bastion._app_settings import app_settings
 from bastion._audit import Auditor
 from bastion._claims import current_claims, optional_claims
 from bastion._compat import fastapi as fastapi_compat
@@ -36,6 +38,7 @@ from bastion.config import AuditSettings, BrokerSettings, Settings
 from bastion.errors import ConfigError
 from bastion.policy._engine import LoadedPolicies
 from bastion.policy._routes import reload_policy_route
+from bastion.ratelimit._rules import merge_route_options
 from bastion.resilience._capability import ResilienceGuard
 from bastion.routing._fallback import Dispatcher
 from bastion.routing._openapi import Gates
@@ -51,7 +54,7 @@ if TYPE_CHECKING:  # the broker's modules import nats-py (the broker extra): loa
 
 DEFAULT_SERVICE_NAME = "bastion-service"
 DEFAULT_SERVICE_VERSION = "0.1.0"
-INLINE_DEPENDENCIES = frozenset({current_claims, optional_claims, current_broker, optional_broker})
+INLINE_DEPENDENCIES = frozenset({current_claims, optional_claims, current_broker, optional_broker, app_settings})
 """Bastion's dependency providers that only read the scope: compiled handlers call them inline."""
 
 
@@ -114,6 +117,24 @@ def identity(parts: ServiceParts, settings: Settings) -> Identity:
         version=settings.service.version or parts.version or DEFAULT_SERVICE_VERSION,
         base_path=base_path,
     )
+
+
+def with_route_limits(parts: ServiceParts, settings: Settings, *, base_path: str) -> Settings:
+    """``settings`` with the routes' own limits (``rate_limit=`` on a route) in ``rate_limit.routes``; an entry of
+    the configuration for the same route wins (logged once here: ``rate_limit_route_option_replaced``)."""
+    options = {}
+    for number, version in parts.api.versions.items():
+        prefix = parts.api.prefix(number, base_path)
+        for route, rule in version.rate_limits:
+            # In a route template '{id}' is any segment, as the router reads it (in a rule key: numeric or UUID).
+            template = route.path.replace("{id}", "{id:str}")
+            options.update({f"{method} {prefix}{template}": rule for method in sorted(route.methods or ())})
+    if not options:
+        return settings
+    routes, replaced = merge_route_options(settings.rate_limit.routes, options)
+    for option, key in replaced:
+        structlog.get_logger("bastion.ratelimit").info("rate_limit_route_option_replaced", route=option, key=key)
+    return settings.model_copy(update={"rate_limit": settings.rate_limit.model_copy(update={"routes": routes})})
 
 
 def check_grpc_layers(parts: ServiceParts, settings: Settings) -> None:

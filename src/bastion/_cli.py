@@ -106,7 +106,15 @@ def _check_config(args: argparse.Namespace) -> int:
     for line in posture.lines():
         print(f"  {line}", file=sys.stderr)
     print(json.dumps(masked(settings), indent=2))
+    _app_settings_note(settings)
     return EXIT_OK
+
+
+def _app_settings_note(settings: Settings) -> None:
+    """Without the app, ``[app]`` and ``SERVICE_APP_*`` cannot be validated: say so (with the app, its validated
+    settings are in the JSON document, masked: ``masked(settings, app=app.app_settings)``)."""
+    if settings.app.table or settings.app.environ:
+        print("[app]: not checked: the app's settings model validates it (Service(settings=...))", file=sys.stderr)
 
 
 def _docs(args: argparse.Namespace) -> int:

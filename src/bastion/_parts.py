@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
 from bastion._exception_handlers import ExceptionHandlers
@@ -121,3 +122,5 @@ class ServiceParts:
     overrides: OverridesProvider = field(default_factory=NoOverrides)
     """Where the routes read ``dependency_overrides`` per request: the service itself, so a mapping set or
     replaced after the build still counts."""
+    settings_model: type[BaseModel] | None = None
+    """The app's own settings model (``Service(settings=...)``): validates ``[app]`` and ``SERVICE_APP_*``."""

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
+from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
 from bastion._callables import as_async, check_shape
@@ -17,11 +18,10 @@ from bastion._exception_handlers import ExceptionHandler, ExceptionHandlers, reg
 from bastion._guard import Guard
 from bastion._health import ReadinessCheck
 from bastion._parts import GrpcExtractor, GrpcHook, Hook, Layer, Lifespan, ServiceParts, Slot, SlotUse
-from bastion.broker._handlers import BoundHandler
-from bastion.broker._handlers import Handler as BrokerHandler
-from bastion.broker._specs import BrokerPlan, ConsumerSpec, ResponderSpec, Retention, StreamSpec, SubscriberSpec
+from bastion._service_broker import BrokerRegistrations, before_build
+from bastion.broker._specs import BrokerPlan, ConsumerSpec, ResponderSpec, StreamSpec, SubscriberSpec
 from bastion.config import Settings, load_settings
-from bastion.config._values import check_subject
+from bastion.config._app import check_settings_model
 from bastion.errors import ConfigError
 from bastion.policy import Normalizer, ResourceExtractor
 from bastion.policy._schema import cedar_attributes
@@ -37,32 +37,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _subject(subject: str, *, wildcards: bool) -> str:
-    try:
-        return check_subject(subject, wildcards=wildcards)
-    except ValueError as exc:
-        raise ConfigError(f"broker subject {exc}") from None
-
-
-def _before_build(method: Callable[P, R]) -> Callable[P, R]:
-    """Refuse a registration after ``build()``: the built app would never see it."""
-
-    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
-        service = args[0]
-        assert isinstance(service, Service)
-        if service._built:
-            raise ConfigError(
-                f"service.{method.__name__}() after service.build(): register everything before building the app"
-            )
-        return method(*args, **kwargs)
-
-    guarded.__name__ = method.__name__
-    guarded.__qualname__ = method.__qualname__
-    guarded.__doc__ = method.__doc__
-    return guarded
-
-
-class Service:
+class Service(BrokerRegistrations):
     """A Bastion service: versioned API, readiness checks, frontend routes, fallback, and pipeline slots.
 
     ``bastion run module:service`` builds it with the loaded settings. Business routes are registered only
@@ -70,6 +45,7 @@ class Service:
 
     Every callable it takes may be a ``def`` (run in the thread pool) or an ``async def``; one of the wrong
     shape is refused at registration (ConfigError). ``lifespan``: FastAPI's (:data:`~bastion._parts.Lifespan`).
+    ``settings``: the app's pydantic settings model for ``[app]`` (``service.settings``, ``Depends(app_settings)``).
     """
 
     def __init__(
@@ -79,9 +55,12 @@ class Service:
         version: str | None = None,
         api: VersionedApi | None = None,
         lifespan: Lifespan | None = None,
+        settings: type[BaseModel] | None = None,
     ) -> None:
         if lifespan is not None:
             check_shape(lifespan, what="Service(lifespan=...)", arguments=1)
+        self.settings_model = check_settings_model(settings)
+        self.settings: Any = None  # the instance of settings_model, once built
         self.lifespan = lifespan
         self.name = name
         self.service_version = version
@@ -112,7 +91,7 @@ class Service:
         # service (also app.dependency_overrides), so it may be set before or after build(): docs/testing.md.
         self.dependency_overrides: dict[Callable[..., Any], Callable[..., Any]] = {}
 
-    @_before_build
+    @before_build
     def version(self, number: int, **kwargs: Any) -> ApiVersion:
         """Register API major version ``number`` (see :meth:`VersionedApi.version`)."""
         return self.api.version(number, **kwargs)
@@ -123,7 +102,7 @@ class Service:
         """Mark version ``number`` deprecated (see :meth:`VersionedApi.deprecate`)."""
         self.api.deprecate(number, replacement=replacement, sunset=sunset, message=message)
 
-    @_before_build
+    @before_build
     def add_readiness_check(self, name: str, check: Callable[[], object], *, optional: bool = False) -> None:
         """Add a ``/ready`` dependency check (``def`` or ``async def``, no arguments); a non-optional check that
         raises, times out or returns ``False`` makes ``/ready`` answer 503."""
@@ -132,7 +111,7 @@ class Service:
         checked = as_async(check, what=f"add_readiness_check({name!r})", arguments=0)
         self._checks.append(ReadinessCheck(name=name, check=checked, optional=optional))
 
-    @_before_build
+    @before_build
     def frontend(self, routes: Sequence[BaseRoute], *, fallback: FallbackHandler | None = None) -> None:
         """Unversioned frontend routes (pages, static files), matched after the versioned API."""
         self._frontend = list(routes)
@@ -140,7 +119,7 @@ class Service:
             check_shape(fallback, what="frontend(fallback=...)", arguments=1)
         self._frontend_fallback = handler_app(fallback) if fallback is not None else None
 
-    @_before_build
+    @before_build
     def set_fallback(self, handler: FallbackHandler) -> None:
         """Handle unmatched paths with ``handler(request) -> Response`` (``def`` or ``async def``). The last call
         wins."""
@@ -148,14 +127,14 @@ class Service:
         self._fallback = handler_app(handler)
         self._fallback_is_app = False
 
-    @_before_build
+    @before_build
     def set_fallback_app(self, app: ASGIApp) -> None:
         """Forward unmatched paths to an ASGI app (a proxy or gateway; WebSocket handshakes too). The last call
         wins."""
         self._fallback = app
         self._fallback_is_app = True
 
-    @_before_build
+    @before_build
     def mount_revoke_token_route(self, path: str = "/admin/revoke-token", *, admin_role: str = "admin") -> None:
         """Serve ``POST {path}`` ``{"jti", "reason", "exp"?}`` to revoke tokens; callers need ``admin_role``.
 
@@ -163,12 +142,12 @@ class Service:
         """
         self._revoke_route = (path, admin_role)
 
-    @_before_build
+    @before_build
     def mount_policy_reload_route(self, path: str = "/admin/reload-policy", *, admin_role: str = "admin") -> None:
         """Serve ``POST {path}`` to re-read the policy file; callers need ``admin_role`` (see reload_policies)."""
         self._reload_route = (path, admin_role)
 
-    @_before_build
+    @before_build
     def resource_extractor(
         self, route: str, *, attributes: Mapping[str, type] | None = None
     ) -> Callable[[ResourceExtractor], ResourceExtractor]:
@@ -191,12 +170,12 @@ class Service:
 
         return register
 
-    @_before_build
+    @before_build
     def add_grpc_service(self, servable: Any) -> None:
         """Serve a grpclib service (an instance of a class generated from a ``.proto`` file) when ``grpc.enabled``."""
         self._grpc_services.append(servable)
 
-    @_before_build
+    @before_build
     def grpc_resource_extractor(
         self, method: str, *, attributes: Mapping[str, type] | None = None
     ) -> Callable[[GrpcExtractor], GrpcExtractor]:
@@ -217,12 +196,12 @@ class Service:
 
         return register
 
-    @_before_build
+    @before_build
     def set_action_normalizer(self, normalizer: Normalizer) -> None:
         """Replace the default normalizer that turns unmatched paths into policy actions."""
         self._normalizer = normalizer
 
-    @_before_build
+    @before_build
     def use(self, slot: Slot, layer: Layer | Guard, *, grpc: GrpcHook | None = None) -> None:
         """Plug a guard, or ``layer`` (``app -> app``), into ``slot``; several in one slot run in the order added.
 
@@ -234,7 +213,7 @@ class Service:
         """
         self._slots[slot].append(SlotUse.of(layer, grpc))
 
-    @_before_build
+    @before_build
     def use_resilience(
         self,
         *,
@@ -266,124 +245,19 @@ class Service:
             )
         )
 
-    @_before_build
-    def stream(
-        self,
-        name: str,
-        *,
-        subjects: Sequence[str],
-        max_messages: int = -1,
-        max_age: float = 0.0,
-        retention: Retention = "limits",
-    ) -> None:
-        """Declare a JetStream stream, created (or updated) when the broker connects. ``max_age`` in seconds
-        (0: no age limit); ``retention``: ``"limits"``, ``"interest"`` or ``"workqueue"``. A
-        ``[broker.streams.NAME]`` table of the same name in the config replaces this declaration."""
-        checked = [_subject(subject, wildcards=True) for subject in subjects]
-        if not checked:
-            raise ConfigError(f"stream {name!r} needs at least one subject")
-        self._streams.append(
-            StreamSpec(
-                name=name, subjects=tuple(checked), max_messages=max_messages, max_age=max_age, retention=retention
-            )
-        )
-
-    @_before_build
-    def subscribe(self, subject: str, *, queue: str | None = None) -> Callable[[BrokerHandler], BrokerHandler]:
-        """Decorator: every message on ``subject`` (``*`` one token, ``>`` the rest), at most once, no ack.
-
-        Every instance gets each message unless they share a ``queue`` group."""
-
-        def register(handler: BrokerHandler) -> BrokerHandler:
-            self._subscribers.append(
-                SubscriberSpec(subject=_subject(subject, wildcards=True), handler=BoundHandler.of(handler), queue=queue)
-            )
-            return handler
-
-        return register
-
-    @_before_build
-    def consume(
-        self,
-        subject: str,
-        *,
-        durable: str,
-        stream: str | None = None,
-        max_deliveries: int = 5,
-        retry_delay: float = 1.0,
-        dead_letter_subject: str | None = None,
-        concurrency: int = 1,
-        ack_wait: float = 30.0,
-    ) -> Callable[[BrokerHandler], BrokerHandler]:
-        """Decorator: a durable JetStream consumer with explicit acknowledgement.
-
-        The handler returning acks the message; raising naks it for redelivery after ``retry_delay`` seconds
-        (doubled each time, at most 60). A message whose delivery number reaches ``max_deliveries`` and fails
-        again is published to the dead-letter subject (``dead_letter_subject``, else
-        ``<broker.dead_letter_prefix>.<durable>``) with headers naming the original subject, the deliveries
-        and the error, then acked. All instances share the durable consumer (each message goes to one).
-        """
-        for key, value in (("max_deliveries", max_deliveries), ("concurrency", concurrency)):
-            if value < 1:
-                raise ConfigError(f"consume({subject!r}): {key} must be at least 1, got {value}")
-        if retry_delay < 0 or ack_wait <= 0:
-            raise ConfigError(f"consume({subject!r}): retry_delay must be >= 0 and ack_wait > 0")
-
-        def register(handler: BrokerHandler) -> BrokerHandler:
-            self._consumers.append(
-                ConsumerSpec(
-                    subject=_subject(subject, wildcards=True),
-                    durable=durable,
-                    handler=BoundHandler.of(handler),
-                    stream=stream,
-                    max_deliveries=max_deliveries,
-                    retry_delay=retry_delay,
-                    dead_letter_subject=_subject(dead_letter_subject, wildcards=False) if dead_letter_subject else None,
-                    concurrency=concurrency,
-                    ack_wait=ack_wait,
-                )
-            )
-            return handler
-
-        return register
-
-    @_before_build
-    def respond(
-        self, subject: str, *, queue: str | None = None, concurrency: int = 100
-    ) -> Callable[[BrokerHandler], BrokerHandler]:
-        """Decorator: answer requests on ``subject`` with the handler's return value (JSON, or bytes/str as they
-        are); an exception answers with an error the requester gets as ``BrokerRequestFailed``. Instances of
-        the service share the requests (queue group: the service name, unless ``queue``); each instance
-        answers up to ``concurrency`` requests at once."""
-        if concurrency < 1:
-            raise ConfigError(f"respond({subject!r}): concurrency must be at least 1, got {concurrency}")
-
-        def register(handler: BrokerHandler) -> BrokerHandler:
-            self._responders.append(
-                ResponderSpec(
-                    subject=_subject(subject, wildcards=True),
-                    handler=BoundHandler.of(handler),
-                    queue=queue,
-                    concurrency=concurrency,
-                )
-            )
-            return handler
-
-        return register
-
-    @_before_build
+    @before_build
     def on_startup(self, hook: Callable[[], Any]) -> Callable[[], Any]:
         """Decorator: run ``hook()`` at start-up, in registration order; one that raises stops the start-up."""
         self._startup.append(as_async(hook, what="on_startup", arguments=0))
         return hook
 
-    @_before_build
+    @before_build
     def on_shutdown(self, hook: Callable[[], Any]) -> Callable[[], Any]:
         """Decorator: run ``hook()`` at shutdown, in reverse registration order."""
         self._shutdown.append(as_async(hook, what="on_shutdown", arguments=0))
         return hook
 
-    @_before_build
+    @before_build
     def exception_handler(self, exc_class: type[Exception]) -> Callable[[ExceptionHandler], ExceptionHandler]:
         """Decorator, as FastAPI's: ``handler(request, exc)`` answers ``exc_class`` (and subclasses) with a
         BastionError (rendered in the error shape; over gRPC its ``grpc_status``) or a Response, inside the
@@ -398,18 +272,19 @@ class Service:
     def build(
         self, settings: Settings | None = None, *, tracer_provider: Any = None, broker: Literal["memory"] | None = None
     ) -> BastionApp:
-        """The ASGI application for ``settings`` (embedded defaults when ``None``).
-
-        ``tracer_provider``: an OpenTelemetry SDK ``TracerProvider`` to trace into (an in-memory exporter in
-        tests, or one the application set up itself); it turns tracing on whatever ``[tracing]`` says.
-        ``broker="memory"``: the in-memory test broker instead of ``broker.url`` (docs/testing.md).
-        May be called again (with other settings); registering more after the first call raises ConfigError.
+        """The ASGI application for ``settings`` (embedded defaults when ``None``); ``[app]`` validated into
+        ``service.settings``. ``tracer_provider``: an OpenTelemetry SDK ``TracerProvider`` to trace into (an
+        in-memory exporter in tests, or one the application set up itself); it turns tracing on whatever
+        ``[tracing]`` says. ``broker="memory"``: the in-memory test broker instead of ``broker.url``
+        (docs/testing.md). May be called again (with other settings); registering more after it raises ConfigError.
         """
         from bastion._app import BastionApp
 
         self._built = True
         settings = settings or load_settings(environ={})
-        return BastionApp(self.parts(), settings, tracer_provider=tracer_provider, memory_broker=broker == "memory")
+        app = BastionApp(self.parts(), settings, tracer_provider=tracer_provider, memory_broker=broker == "memory")
+        self.settings = app.app_settings
+        return app
 
     def parts(self) -> ServiceParts:
         """A frozen snapshot of everything registered (what the app is built from)."""
@@ -434,6 +309,7 @@ class Service:
             resource_attributes=MappingProxyType(dict(self._resource_attributes)),
             lifespan=self.lifespan,
             overrides=self,
+            settings_model=self.settings_model,
             exception_handlers=ExceptionHandlers(
                 service=MappingProxyType(dict(self._exception_handlers)),
                 versions=MappingProxyType(

@@ -5,10 +5,12 @@ the default is documented in ``docs/configuration.md``).
 """
 
 from bastion.config._load import PATH_KEYS, load_settings, masked, read_file
+from bastion.config._masking import masked_app
 from bastion.config._messaging import BrokerSettings, StreamSettings
 from bastion.config._observability import AuditSettings, MetricsSettings, TracingSettings
 from bastion.config._sections import (
     AccessLogSettings,
+    AppTable,
     CacheStoreSettings,
     CompressionSettings,
     CorsSettings,
@@ -27,6 +29,7 @@ from bastion.config._sections import (
 __all__ = [
     "PATH_KEYS",
     "AccessLogSettings",
+    "AppTable",
     "AuditSettings",
     "BrokerSettings",
     "CacheStoreSettings",
@@ -47,5 +50,6 @@ __all__ = [
     "TracingSettings",
     "load_settings",
     "masked",
+    "masked_app",
     "read_file",
 ]

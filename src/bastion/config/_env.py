@@ -16,16 +16,21 @@ from pydantic import (
     BaseModel,
 )
 
-from bastion.config._sections import ServiceSettings, Settings, TokenSettings
+from bastion.config._sections import AppTable, ServiceSettings, Settings, TokenSettings
 from bastion.config._values import Section
 from bastion.errors import ConfigError
 
 ENV_PREFIX = "SERVICE_"
+APP_ENV_PREFIX = "SERVICE_APP_"
+"""The app's own settings (``[app]``): read with the app's model when the service is built (``_app``)."""
 
 log = structlog.get_logger("bastion.config")
 
 
-def _sections(model: type[BaseModel], path: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], type[BaseModel]]]:
+def sections(
+    model: type[BaseModel], path: tuple[str, ...] = (), *, kind: type[BaseModel] = Section
+) -> Iterable[tuple[tuple[str, ...], type[BaseModel]]]:
+    """``model`` and every table below it (fields whose type is a ``kind`` model), with their key paths."""
     yield path, model
     for name, field in model.model_fields.items():
         annotation = field.annotation
@@ -33,19 +38,25 @@ def _sections(model: type[BaseModel], path: tuple[str, ...] = ()) -> Iterable[tu
             continue  # a table of tables ([rate_limit.routes."..."], [broker.streams.NAME]): the file only
         candidates = getattr(annotation, "__args__", (annotation,))
         for candidate in candidates:
-            if isinstance(candidate, type) and issubclass(candidate, Section):
-                yield from _sections(candidate, (*path, name))
+            if isinstance(candidate, type) and issubclass(candidate, kind) and candidate is not AppTable:
+                yield from sections(candidate, (*path, name), kind=kind)
+
+
+def env_sections(
+    found: Iterable[tuple[tuple[str, ...], type[BaseModel]]],
+) -> list[tuple[str, tuple[str, ...], type[BaseModel]]]:
+    """``(joined name, path, model)`` of each table but the root, longest name first (how variables are split)."""
+    return sorted(
+        (("_".join(path), path, model) for path, model in found if path),
+        key=lambda item: len(item[0]),
+        reverse=True,
+    )
 
 
 # Env names are matched against section names longest first, so keys containing "_" work:
 # SERVICE_RATE_LIMIT_PER_USER_RPM -> rate_limit.per_user_rpm, SERVICE_MIDDLEWARE_CORS_MAX_AGE ->
 # middleware.cors.max_age. The [service] section's own keys have no section part: SERVICE_PORT.
-_SECTION_MODELS: list[tuple[tuple[str, ...], type[BaseModel]]] = [*_sections(Settings), (("jwt",), TokenSettings)]
-_ENV_SECTIONS: list[tuple[str, tuple[str, ...], type[BaseModel]]] = sorted(
-    (("_".join(path), path, model) for path, model in _SECTION_MODELS if path),
-    key=lambda item: len(item[0]),
-    reverse=True,
-)
+_ENV_SECTIONS = env_sections([*sections(Settings), (("jwt",), TokenSettings)])
 
 
 _ENV_TRUE, _ENV_FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
@@ -61,7 +72,7 @@ def _base_types(annotation: object) -> set[object]:
     return {annotation}
 
 
-def _env_value(model: type[BaseModel], key: str, raw: str) -> object:
+def env_value(model: type[BaseModel], key: str, raw: str) -> object:
     """The value an environment string stands for, by the key's type: list, bool (true/false/1/0) or as is."""
     annotation = model.model_fields[key].annotation
     kinds = _base_types(annotation)
@@ -84,7 +95,7 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[tupl
     overrides: dict[str, Any] = {}
     sources: dict[tuple[str, ...], str] = {}
     for name, raw in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name.startswith(APP_ENV_PREFIX):
             continue
         rest = name[len(ENV_PREFIX) :].lower()
         target: tuple[tuple[str, ...], str, type[BaseModel]] | None = None
@@ -101,7 +112,7 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[tupl
         if path == ("jwt",):
             path = ("token",)
         try:
-            value = _env_value(model, key, raw)
+            value = env_value(model, key, raw)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{name}={raw!r}: expected a JSON array or a comma-separated list ({exc.msg})") from None
         node = overrides

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,8 @@ from pydantic import (
     ValidationError,
 )
 
-from bastion.config._env import env_overrides
+from bastion.config._env import APP_ENV_PREFIX, env_overrides
+from bastion.config._masking import masked_app
 from bastion.config._sections import Settings
 from bastion.errors import ConfigError
 from bastion_core import MASK, mask_url
@@ -89,19 +90,31 @@ def read_file(key: str, path: str) -> bytes:
     raise ConfigError(f"{key} = {path!r}: cannot read the file ({reason})")
 
 
-def _describe(loc: tuple[str | int, ...], value: object, sources: Mapping[tuple[str, ...], str]) -> str:
+def _secret_key(loc: tuple[str | int, ...]) -> bool:
+    return bool(loc) and str(loc[-1]) in _SECRET_KEYS
+
+
+def _describe(
+    loc: tuple[str | int, ...],
+    value: object,
+    sources: Mapping[tuple[str, ...], str],
+    secret: Callable[[tuple[str | int, ...]], bool] = _secret_key,
+) -> str:
     key = ".".join(str(part) for part in loc)
     if isinstance(value, Mapping):
         return key
-    shown = "***" if loc and str(loc[-1]) in _SECRET_KEYS else repr(value)
+    shown = MASK if secret(loc) else repr(value)
     env = sources.get(tuple(str(part) for part in loc))
     return f"{env}={shown} ({key})" if env else f"{key} = {shown}"
 
 
-def _did_you_mean(loc: tuple[str | int, ...]) -> str:
-    """``; did you mean 'section.key'?`` for an unknown key close to one its section has (else "")."""
-    model: Any = Settings
-    for part in loc[:-1]:
+def did_you_mean(loc: tuple[str | int, ...], root: type[BaseModel] = Settings, skip: int = 0) -> str:
+    """``; did you mean 'section.key'?`` for an unknown key close to one its section has (else "").
+
+    ``root`` is the model of ``loc[skip:]`` (the app's settings model for ``app.*`` keys, ``skip=1``).
+    """
+    model: Any = root
+    for part in loc[skip:-1]:
         field = model.model_fields.get(part) if isinstance(part, str) else None
         annotation = getattr(field, "annotation", None)
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
@@ -111,18 +124,31 @@ def _did_you_mean(loc: tuple[str | int, ...]) -> str:
     return f"; did you mean {'.'.join([*map(str, loc[:-1]), close[0]])!r}?" if close else ""
 
 
-def _config_error(exc: ValidationError, origin: str, sources: Mapping[tuple[str, ...], str]) -> ConfigError:
-    lines = []
+def config_error(
+    exc: ValidationError,
+    origin: str,
+    sources: Mapping[tuple[str, ...], str],
+    *,
+    prefix: tuple[str, ...] = (),
+    root: type[BaseModel] = Settings,
+    secret: Callable[[tuple[str | int, ...]], bool] = _secret_key,
+    problems: Sequence[str] = (),
+) -> ConfigError:
+    """One ConfigError listing every problem (``problems`` first): the key (or variable), the value, why.
+
+    ``prefix``: where the validated model sits (``("app",)`` for the app's settings model, ``root``).
+    """
+    lines = list(problems)
     for error in exc.errors():
-        loc = tuple(error["loc"])
+        loc = (*prefix, *error["loc"])
         if error["type"] == "extra_forbidden":
-            lines.append(f"unknown key {'.'.join(str(p) for p in loc)!r}{_did_you_mean(loc)}")
+            lines.append(f"unknown key {'.'.join(str(p) for p in loc)!r}{did_you_mean(loc, root, len(prefix))}")
             continue
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] in ("bool_type", "bool_parsing"):
             message = "expected true or false"
         if loc:
-            lines.append(f"{_describe(loc, error.get('input'), sources)}: {message}")
+            lines.append(f"{_describe(loc, error.get('input'), sources, secret)}: {message}")
         else:
             lines.append(message)
     return ConfigError(f"invalid configuration ({origin}): " + "; ".join(lines))
@@ -152,15 +178,26 @@ def load_settings(path: str | os.PathLike[str] | None = None, *, environ: Mappin
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {origin} is not valid TOML: {exc}") from None
         data = _resolve_paths(_fold_jwt_alias(data, origin), Path(path).resolve().parent)
+    table = data.pop("app", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"invalid configuration ({origin}): app = {table!r}: expected a table ([app])")
     overrides, sources = env_overrides(environ)
+    merged = _merge(data, overrides)
+    # Validated by the app's own model when the service is built (Service(settings=...), bastion.config._app).
+    app_environ = {name: value for name, value in environ.items() if name.startswith(APP_ENV_PREFIX)}
+    merged["app"] = {"table": table, "environ": app_environ, "origin": origin}
     try:
-        return Settings.model_validate(_merge(data, overrides))
+        return Settings.model_validate(merged)
     except ValidationError as exc:
-        raise _config_error(exc, origin, sources) from None
+        raise config_error(exc, origin, sources) from None
 
 
-def masked(settings: Settings) -> dict[str, Any]:
-    """The effective settings as plain data with secrets (and passwords in URLs) masked."""
+def masked(settings: Settings, *, app: BaseModel | None = None) -> dict[str, Any]:
+    """The effective settings as plain data with secrets (and passwords in URLs) masked.
+
+    ``app``: the app's validated settings (``BastionApp.app_settings``), shown masked as ``"app"``
+    (:func:`bastion.config.masked_app`); the raw ``[app]`` table is never shown.
+    """
 
     def walk(value: object) -> object:
         if isinstance(value, SecretStr):
@@ -176,4 +213,7 @@ def masked(settings: Settings) -> dict[str, Any]:
 
     result = walk(settings)
     assert isinstance(result, dict)
+    del result["app"]
+    if app is not None:
+        result["app"] = masked_app(app)
     return result

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import structlog
 from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator, model_validator
@@ -204,19 +204,22 @@ class CacheStoreSettings(Section):
 
 
 class RouteRule(Section):
-    """One ``[rate_limit.routes."<pattern>"]`` entry: one rate (per second, minute or hour) and a burst."""
+    """One ``[rate_limit.routes."<pattern>"]`` entry: one rate (per second, minute, hour or day) and a burst."""
 
     requests_per_second: PositiveInt | None = None
     requests_per_minute: PositiveInt | None = None
     requests_per_hour: PositiveInt | None = None
+    requests_per_day: PositiveInt | None = None
     burst_size: PositiveInt | None = None
     per_user: Bool = True
 
     @model_validator(mode="after")
     def _one_rate(self) -> RouteRule:
-        rates = [self.requests_per_second, self.requests_per_minute, self.requests_per_hour]
+        rates = [self.requests_per_second, self.requests_per_minute, self.requests_per_hour, self.requests_per_day]
         if sum(rate is not None for rate in rates) != 1:
-            raise ValueError("set exactly one of requests_per_second, requests_per_minute, requests_per_hour")
+            raise ValueError(
+                "set exactly one of requests_per_second, requests_per_minute, requests_per_hour, requests_per_day"
+            )
         return self
 
 
@@ -398,6 +401,18 @@ class GrpcSettings(Section):
     max_inbound_window_update_frames_per_data_frame_sent: Annotated[int, Field(ge=1)] = 10
 
 
+class AppTable(Section):
+    """The ``[app]`` table and the ``SERVICE_APP_*`` variables as they were read, not validated here.
+
+    The app's own model validates them when the service is built (``Service(settings=...)``); a service
+    without one refuses a non-empty table (``bastion.config._app``).
+    """
+
+    table: dict[str, Any] = Field(default_factory=dict)
+    environ: dict[str, str] = Field(default_factory=dict)
+    origin: str = "embedded defaults"
+
+
 class Settings(Section):
     """The whole configuration, one frozen object."""
 
@@ -412,6 +427,7 @@ class Settings(Section):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     grpc: GrpcSettings = Field(default_factory=GrpcSettings)
+    app: AppTable = Field(default_factory=AppTable)
 
     @model_validator(mode="after")
     def _ports_differ(self) -> Settings:

@@ -24,7 +24,7 @@ def _parse_duration(value: object) -> object:
 Duration = Annotated[float, BeforeValidator(_parse_duration), Field(ge=0)]
 PositiveDuration = Annotated[float, BeforeValidator(_parse_duration), Field(gt=0)]
 # TOML has real booleans: ``enabled = "yes"`` is a mistake to report, not a value to guess at. Environment
-# values (always strings) are converted by _env_value, which accepts only true/false/1/0.
+# values (always strings) are converted by env_value, which accepts only true/false/1/0.
 Bool = Annotated[bool, Strict()]
 Port = Annotated[int, Field(ge=0, le=65535)]
 PositiveInt = Annotated[int, Field(gt=0)]

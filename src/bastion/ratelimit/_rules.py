@@ -9,6 +9,9 @@ Pattern syntax (spec, limits / rate limiting 4-6)::
 - numeric and UUID segments become ``{id}`` before matching, in requests and in patterns alike, so
   ``/api/v1/users/{id}`` (or ``/api/v1/users/42``) matches ``/api/v1/users/7`` and ``/api/v1/users/<uuid>``;
   version segments such as ``v1`` are ordinary literals and are kept;
+- the route template syntax works too: any other ``{name}`` (and ``{name:str}``, ``{name:float}``) is ``*``,
+  ``{name:path}`` is ``**``, ``{name:int}`` and ``{name:uuid}`` are ``{id}``, so a route's own template names
+  the requests the route matches;
 - empty segments are ignored, so a trailing slash or ``//`` never leads a request out of its rule.
 
 Priority: method-prefixed exact, then exact, then wildcard patterns, most specific first, then no rule (the
@@ -41,6 +44,9 @@ ONE_SEGMENT = "*"
 ANY_SEGMENTS = "**"
 
 _METHOD = re.compile(r"^[A-Z]+$")
+_PLACEHOLDER = re.compile(r"^\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<convertor>[A-Za-z_]+))?\}$")
+_CONVERTED = {None: ONE_SEGMENT, "str": ONE_SEGMENT, "float": ONE_SEGMENT, "path": ANY_SEGMENTS}
+_CONVERTED |= {"int": ID_SEGMENT, "uuid": ID_SEGMENT}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,14 +135,27 @@ def parse_pattern(pattern: str) -> tuple[str | None, tuple[str, ...]]:
                 "('*' = one segment, '**' = any number)"
             )
         if part != ID_SEGMENT and ("{" in part or "}" in part):
-            raise ConfigError(
-                f"route pattern {pattern!r}: {part!r}: the only placeholder is '{{id}}' (numeric or UUID "
-                "segments); use '*' for any one segment"
-            )
+            part = _placeholder(pattern, part)
         segments.append(normalize_segment(part))
     if segments.count(ANY_SEGMENTS) > 1:
         raise ConfigError(f"route pattern {pattern!r}: at most one '**' per pattern")
     return method, tuple(segments)
+
+
+def _placeholder(pattern: str, part: str) -> str:
+    """The wildcard a route template's ``{name[:convertor]}`` segment stands for (see the module docstring)."""
+    match = _PLACEHOLDER.match(part)
+    if match is None:
+        raise ConfigError(
+            f"route pattern {pattern!r}: {part!r}: a placeholder is a whole segment, '{{name}}' or "
+            "'{name:convertor}' as in the route's path ('*' for any one segment)"
+        )
+    convertor = match.group("convertor")
+    if convertor not in _CONVERTED:
+        raise ConfigError(
+            f"route pattern {pattern!r}: {part!r}: unknown convertor {convertor!r} (str, int, float, uuid, path)"
+        )
+    return _CONVERTED[convertor]
 
 
 def canonical_name(method: str | None, segments: tuple[str, ...]) -> str:
@@ -151,6 +170,8 @@ def quota_of(settings: RouteRuleSettings) -> Quota:
         return Quota.per_second(settings.requests_per_second, burst=burst)
     if settings.requests_per_hour is not None:
         return Quota.per_hour(settings.requests_per_hour, burst=burst)
+    if settings.requests_per_day is not None:
+        return Quota(limit=settings.requests_per_day, period_secs=86_400.0, burst=burst or 0)
     assert settings.requests_per_minute is not None  # the settings model requires exactly one rate
     return Quota.per_minute(settings.requests_per_minute, burst=burst)
 
@@ -163,6 +184,31 @@ def check_patterns(patterns: Iterable[str]) -> None:
         if name in seen:
             raise ConfigError(f"route patterns {seen[name]!r} and {pattern!r} are the same rule ({name!r})")
         seen[name] = pattern
+
+
+def merge_route_options(
+    routes: Mapping[str, RouteRuleSettings], options: Mapping[str, RouteRuleSettings]
+) -> tuple[dict[str, RouteRuleSettings], list[tuple[str, str]]]:
+    """The ``[rate_limit.routes]`` table with the routes' own limits (``rate_limit=`` on a route) added.
+
+    The table wins: an option is dropped when a table key is the same pattern once normalized (``{note_id}``,
+    ``{id:str}`` and ``*`` alike), for the option's method or for every method. Returns the merged table and
+    the ``(option, table key)`` pairs dropped. ConfigError for an invalid pattern on either side.
+    """
+    table = {}
+    for key in routes:
+        method, segments = parse_pattern(key)
+        table[(method, segments)] = key
+    merged = dict(routes)
+    dropped = []
+    for pattern, rule in options.items():
+        method, segments = parse_pattern(pattern)
+        winner = table.get((method, segments)) or table.get((None, segments))
+        if winner is not None:
+            dropped.append((pattern, winner))
+        else:
+            merged[pattern] = rule
+    return merged, dropped
 
 
 @dataclass(slots=True)

@@ -7,7 +7,8 @@ knows, the route gets a :class:`CompiledHandler` that does, for a request, only 
 - at most one JSON body parameter (not embedded, not a form), read and parsed as FastAPI does, then validated
   by FastAPI's own field;
 - ``Request`` / ``HTTPConnection`` parameters, and dependencies on Bastion's own pure providers
-  (``current_claims``, ``optional_claims``, ``current_broker``, ``optional_broker``), called inline;
+  (``current_claims``, ``optional_claims``, ``current_broker``, ``optional_broker``, ``app_settings``),
+  called inline;
 - an ``async def`` or plain ``def`` endpoint (the latter in the thread pool, as FastAPI runs it);
 - the response: a ``Response`` the endpoint returns is sent as is; any other value is validated and serialized
   by the route's response field straight to JSON bytes (pydantic's compiled serializer), or by

@@ -4,22 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 
 from bastion._exception_handlers import ExceptionHandler, register
+from bastion.config import RouteRule
 from bastion.errors import ConfigError
 from bastion.routing._deprecation import Deprecation
+from bastion.routing._limits import parse_rate
 from bastion.types import Headers
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ApiVersion(APIRouter):
     """One major version: a FastAPI ``APIRouter`` whose paths are relative to ``{base_path}/v<N>``.
 
     Register handlers exactly as on any FastAPI router (``@v1.get("/documents")``, ``include_router``,
-    pydantic models, ``Depends``). The prefix is applied when the service is built.
+    pydantic models, ``Depends``). The prefix is applied when the service is built. The route methods also
+    take ``rate_limit="10/minute"`` (``N/second|minute|hour|day``): the route's own ``[rate_limit.routes]``
+    entry, which an entry of the configuration for the same route replaces (docs/ratelimit.md).
     """
 
     def __init__(self, number: int, *, api: VersionedApi, **router_kwargs: Any) -> None:
@@ -29,6 +36,48 @@ class ApiVersion(APIRouter):
         self.number = number
         self._api = api
         self.exception_handlers: dict[type[BaseException], Any] = {}
+        self.rate_limits: list[tuple[APIRoute, RouteRule]] = []
+        """The routes registered with ``rate_limit=``, and their rule."""
+
+    def _limited(self, rate_limit: str | None, path: str, decorator: Callable[[F], F]) -> Callable[[F], F]:
+        if rate_limit is None:
+            return decorator
+        rule = parse_rate(rate_limit, route=f"{self.label} {path!r}")
+
+        def register(endpoint: F) -> F:
+            before = len(self.routes)
+            decorated = decorator(endpoint)
+            self.rate_limits += [(route, rule) for route in self.routes[before:] if isinstance(route, APIRoute)]
+            return decorated
+
+        return register
+
+    def api_route(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().api_route(path, **kwargs))
+
+    def get(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().get(path, **kwargs))
+
+    def put(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().put(path, **kwargs))
+
+    def post(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().post(path, **kwargs))
+
+    def delete(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().delete(path, **kwargs))
+
+    def patch(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().patch(path, **kwargs))
+
+    def head(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().head(path, **kwargs))
+
+    def options(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().options(path, **kwargs))
+
+    def trace(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().trace(path, **kwargs))
 
     def exception_handler(self, exc_class: type[Exception]) -> Callable[[ExceptionHandler], ExceptionHandler]:
         """Decorator: handle ``exc_class`` (and its subclasses) raised by this version's routes, before the

@@ -178,13 +178,46 @@ class TestPathTricks:
         assert matched(rules("POST /api/v1/uploads"), "POST", "/API/V1/UPLOADS") is None
 
 
+class TestRouteTemplates:
+    """Keys written in the route template syntax match the requests the route matches."""
+
+    @pytest.mark.parametrize(
+        ("pattern", "name"),
+        [
+            pytest.param("POST /api/v2/notes/{note_id}", "POST /api/v2/notes/*", id="name"),
+            pytest.param("/api/v2/notes/{note_id:str}", "/api/v2/notes/*", id="str"),
+            pytest.param("/api/v2/notes/{ratio:float}", "/api/v2/notes/*", id="float"),
+            pytest.param("/api/v2/notes/{n:int}", "/api/v2/notes/{id}", id="int"),
+            pytest.param("/api/v2/notes/{n:uuid}", "/api/v2/notes/{id}", id="uuid"),
+            pytest.param("/files/{rest:path}", "/files/**", id="path"),
+        ],
+    )
+    def test_a_placeholder_is_the_wildcard_of_its_convertor(self, pattern: str, name: str) -> None:
+        assert [rule.name for rule in rules(pattern).rules] == [name]
+
+    @pytest.mark.parametrize("path", ["/api/v2/notes/abc", "/api/v2/notes/42", f"/api/v2/notes/{UUID}"])
+    def test_a_named_placeholder_matches_any_one_segment(self, path: str) -> None:
+        assert matched(rules("POST /api/v2/notes/{note_id}"), "POST", path) == "POST /api/v2/notes/*"
+
+    def test_a_named_placeholder_matches_no_deeper_path(self) -> None:
+        assert matched(rules("POST /api/v2/notes/{note_id}"), "POST", "/api/v2/notes/abc/tags") is None
+
+    def test_a_path_placeholder_matches_deeper_paths(self) -> None:
+        assert matched(rules("GET /files/{rest:path}"), "GET", "/files/a/b/c.txt") == "GET /files/**"
+
+    def test_a_template_key_and_its_wildcard_form_are_the_same_rule(self) -> None:
+        with pytest.raises(ConfigError, match="same rule"):
+            rules("/api/v2/notes/{note_id}", "/api/v2/notes/*")
+
+
 class TestPatternErrors:
     @pytest.mark.parametrize(
         ("pattern", "message"),
         [
             pytest.param("POST /api/v*/documents", "wildcard is a whole segment", id="partial-wildcard"),
             pytest.param("/api/**/x/**", "at most one", id="two-double-stars"),
-            pytest.param("/api/{user_id}", "only placeholder", id="named-placeholder"),
+            pytest.param("/api/v{n}", "a placeholder is a whole segment", id="partial-placeholder"),
+            pytest.param("/api/{user_id:slug}", "unknown convertor 'slug'", id="unknown-convertor"),
             pytest.param("api/v1", "expected", id="relative"),
             pytest.param("P0ST /api", "not an HTTP method", id="bad-method"),
             pytest.param("/api/../admin", "'..'", id="dot-dot"),
