@@ -1,4 +1,4 @@
-"""docs/testing.md shows the README service's test file and policies as they are in the repository."""
+"""docs/testing.md shows the README service's and the notes example's files as they are in the repository."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SHOWN = ["tests/examples/test_readme_service.py", "examples/readme_service/policies.cedar"]
+SHOWN = [
+    "tests/examples/test_readme_service.py",
+    "examples/readme_service/policies.cedar",
+    "tests/examples/test_notes_app.py",
+    "examples/notes_app/app.py",
+    "examples/notes_app/policies.cedar",
+]
 
 
 @pytest.mark.parametrize("path", SHOWN)
