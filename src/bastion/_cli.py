@@ -66,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _reload(args: argparse.Namespace, settings: Settings) -> int:
     from bastion import _reload
+    from bastion._runner import listen
 
     if args.workers is not None and args.workers > 1:
         raise ConfigError("--reload runs one worker: drop --workers (or --reload, to serve with several)")
@@ -82,7 +83,7 @@ def _reload(args: argparse.Namespace, settings: Settings) -> int:
         host=host,
         port=port,
     )
-    sock = _reload.bind(host, port)
+    sock = listen(host, port)  # before any check or worker: a port in use is one line, and no hook runs
     return _reload.Reloader(argv, sock, watch).run()
 
 

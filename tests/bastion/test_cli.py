@@ -348,6 +348,7 @@ APPS = {
     "broken_syntax.py": "from bastion import Service\n\nservice = Service('x') +\n",
     "needs_missing.py": "import not_installed_pkg_xyz\n",
     "raises_at_import.py": "raise RuntimeError('kaboom')\n",
+    "name_error.py": "from bastion import Service\n\nservice = Service(undefined_name)\n",
     "router_app.py": "from bastion import Service\nservice = Service('r')\nv2 = service.version(2)\n",
 }
 
@@ -388,8 +389,14 @@ def bastion(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         ),
         pytest.param(
             "raises_at_import:service",
-            "error: importing 'raises_at_import' failed: RuntimeError: kaboom",
+            "error: importing 'raises_at_import' failed: {dir}/raises_at_import.py:1: RuntimeError: kaboom",
             id="exception-at-import",
+        ),
+        pytest.param(
+            "name_error:service",
+            "error: importing 'name_error' failed: {dir}/name_error.py:3: NameError: name 'undefined_name' is not "
+            "defined",
+            id="name-error-with-file-and-line",
         ),
         pytest.param(
             "router_app:v2",
@@ -416,7 +423,9 @@ def test_debug_shows_the_traceback_as_well(apps: Path, how: list[str]) -> None:
     result = bastion(*how, "run", "raises_at_import:service", "--app-dir", str(apps), env=env)
     assert result.returncode == 2
     assert "Traceback (most recent call last)" in result.stderr and "RuntimeError: kaboom" in result.stderr
-    assert result.stderr.splitlines()[-1] == "error: importing 'raises_at_import' failed: RuntimeError: kaboom"
+    assert result.stderr.splitlines()[-1] == (
+        f"error: importing 'raises_at_import' failed: {apps}/raises_at_import.py:1: RuntimeError: kaboom"
+    )
 
 
 def test_version_and_python_dash_m() -> None:
