@@ -96,8 +96,8 @@ def _where(exc: BaseException, app_dir: str) -> str:
     frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if not frame.filename.startswith("<")]
     root = os.path.abspath(app_dir)
     own = [frame for frame in frames if os.path.abspath(frame.filename).startswith(root + os.sep)]
-    frame = (own or frames or [None])[-1]
-    return f"{frame.filename}:{frame.lineno}: " if frame is not None else ""
+    shown = own or frames
+    return f"{shown[-1].filename}:{shown[-1].lineno}: " if shown else ""
 
 
 def import_service(reference: str, *, app_dir: str = ".") -> Service:

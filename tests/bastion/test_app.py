@@ -263,4 +263,6 @@ class TestLifespan:
             sent.append(message)
 
         await service.build(open_settings())({"type": "lifespan"}, receive, send)  # type: ignore[arg-type]
-        assert sent == [{"type": "lifespan.startup.failed", "message": "start-up hook up failed: RuntimeError: no database"}]
+        assert sent == [
+            {"type": "lifespan.startup.failed", "message": "start-up hook up failed: RuntimeError: no database"}
+        ]

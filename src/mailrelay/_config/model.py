@@ -361,7 +361,8 @@ def variable_defaults() -> list[tuple[str, str, str]]:
     ones first, then in the order they are checked; a setting with an old name too is listed once, under its new
     name (:data:`~mailrelay._config.descriptions.ALIASES`)."""
     old_names = set(ALIASES.values())
-    required, optional = [], []
+    required: list[tuple[str, str, str]] = []
+    optional: list[tuple[str, str, str]] = []
     for field_name, field in Settings.model_fields.items():
         name = str(field.validation_alias)
         if name in REMOVED_VARIABLES or field_name in old_names:
