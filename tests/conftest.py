@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from tests.mailrelay.servers import DnsZone, S3Server
 
 # The fixtures users get from the pytest11 entry point (docs/testing.md), also where bastion is not installed.
-pytest_plugins = ["bastion.testing.pytest_plugin"]
+pytest_plugins = ["bastion.testing.pytest_plugin", "pytester"]
 
 REPO = Path(__file__).resolve().parent.parent
 BASTION = str(Path(sys.executable).with_name("bastion"))

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -63,6 +64,10 @@ class BastionApp:
         self._lifespan_context: contextlib.AbstractAsyncContextManager[Any] | None = None
         self.grpc: Any = None  # bastion.grpc._server.GrpcServer once started
         self._memory_broker = memory_broker
+        self.on_startup_failure: Callable[[ConfigError], None] | None = None
+        """Who reports a failed start-up (``bastion run``: its one ``error:`` line): it gets a ConfigError of one
+        line (the cause chained), and the server is told only that start-up failed. Unset, the server gets the
+        message (and an exception other than ConfigError is logged with its traceback)."""
         self.built = self._assemble(names)
         self.stack = self.built.stack
 
@@ -255,25 +260,16 @@ class BastionApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                try:
-                    for hook in self.parts.startup:
-                        await hook()
-                    await self._enter_lifespan(scope)
-                    if self.broker is not None:
-                        await self.broker.start()
-                    if self.audit_sink is not None:
-                        self.audit_sink.start()
-                    if self.settings.grpc.enabled:
-                        await self.start_grpc(scope.setdefault("state", {}))
-                    if self.policy is not None and self.settings.policy.hot_reload:
-                        self._watcher = asyncio.create_task(self.policy.watch(), name="policy-hot-reload")
-                except ConfigError as exc:
-                    # One line that says how to fix it, logged by the server with the failure (no traceback).
-                    await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
-                    return
-                except Exception as exc:
-                    log.error("startup_failed", exc_info=exc)
-                    await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
+                failure = await self._start(scope)
+                if failure is not None:
+                    if self.on_startup_failure is not None:
+                        self.on_startup_failure(failure)
+                        await send({"type": "lifespan.startup.failed", "message": ""})
+                        return
+                    cause = failure.__cause__
+                    if not isinstance(cause, ConfigError):
+                        log.error("startup_failed", exc_info=cause)
+                    await send({"type": "lifespan.startup.failed", "message": _server_message(failure)})
                     return
                 self.posture().log()
                 log.info("service_started", service=self.name, version=self.version)
@@ -287,6 +283,37 @@ class BastionApp:
                 log.info("service_stopped", service=self.name)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _start(self, scope: Scope) -> ConfigError | None:
+        """The start-up steps in order; the first that fails stops it: a ConfigError of one line naming the step
+        (a ConfigError raised by the step is its own line already), the exception chained."""
+        step = "start-up"
+        try:
+            for hook in self.parts.startup:
+                step = f"start-up hook {getattr(hook, '__name__', hook)!s}"
+                await hook()
+            step = "Service(lifespan=...)"
+            await self._enter_lifespan(scope)
+            step = "the broker's start"
+            if self.broker is not None:
+                await self.broker.start()
+            step = "the audit sink's start"
+            if self.audit_sink is not None:
+                self.audit_sink.start()
+            step = "the gRPC server's start"
+            if self.settings.grpc.enabled:
+                await self.start_grpc(scope.setdefault("state", {}))
+            if self.policy is not None and self.settings.policy.hot_reload:
+                self._watcher = asyncio.create_task(self.policy.watch(), name="policy-hot-reload")
+        except ConfigError as exc:
+            failure = ConfigError(str(exc))
+            failure.__cause__ = exc
+            return failure
+        except Exception as exc:
+            failure = ConfigError(f"{step} failed: {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            return failure
+        return None
 
     async def _enter_lifespan(self, scope: Scope) -> None:
         """Enter the service's ``lifespan(app)`` context; the mapping it yields joins the lifespan state."""
@@ -311,3 +338,8 @@ class BastionApp:
         context, self._lifespan_context = self._lifespan_context, None
         if context is not None:
             await context.__aexit__(None, None, None)
+
+
+def _server_message(failure: ConfigError) -> str:
+    """The ``lifespan.startup.failed`` message: a ConfigError raised by a step keeps its class name in front."""
+    return f"ConfigError: {failure}" if isinstance(failure.__cause__, ConfigError) else str(failure)

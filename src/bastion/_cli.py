@@ -66,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _reload(args: argparse.Namespace, settings: Settings) -> int:
     from bastion import _reload
+    from bastion._runner import listen
 
     if args.workers is not None and args.workers > 1:
         raise ConfigError("--reload runs one worker: drop --workers (or --reload, to serve with several)")
@@ -82,13 +83,18 @@ def _reload(args: argparse.Namespace, settings: Settings) -> int:
         host=host,
         port=port,
     )
-    sock = _reload.bind(host, port)
+    sock = listen(host, port)  # before any check or worker: a port in use is one line, and no hook runs
     return _reload.Reloader(argv, sock, watch).run()
 
 
+APP_CHECKS = "policies against the app's Cedar schema, broker handlers without a broker, the app's own start-up checks"
+"""What ``check-config`` checks only with ``--app`` (it imports and builds the app, as ``bastion run`` does)."""
+
+
 def _check_config(args: argparse.Namespace) -> int:
-    """What ``bastion run`` checks, without an app: keys, certificates, policies, rules; then the posture
-    (stderr, for people) and the effective settings (stdout, JSON for tools)."""
+    """What ``bastion run`` checks before it serves: without ``--app`` what needs no app (keys, certificates,
+    policies parse, rules, extras), with ``--app`` the app imported and built too (the same ``build`` as ``run``).
+    Then the report (stderr, for people: one section each) and the effective settings (stdout, JSON for tools)."""
     from bastion._security import Security
     from bastion._telemetry import configure_logging
 
@@ -96,15 +102,27 @@ def _check_config(args: argparse.Namespace) -> int:
     _load_dotenv()
     settings = load_settings(args.file)
     extras.check(settings)
-    security = Security.from_settings(settings, realm=settings.service.name or "api")
-    try:
-        posture = security.posture()
-    finally:
-        asyncio.run(security.aclose())
-    print(f"configuration OK: {args.file}", file=sys.stderr)
-    print("security posture:", file=sys.stderr)
-    for line in posture.lines():
-        print(f"  {line}", file=sys.stderr)
+    if args.app:
+        from bastion._runner import build
+
+        app = build(args.app, settings, app_dir=args.app_dir)
+        try:
+            posture = app.posture()
+        finally:
+            asyncio.run(app.aclose())
+        verdict = f"configuration OK with {args.app}: {args.file}"
+    else:
+        security = Security.from_settings(settings, realm=settings.service.name or "api")
+        try:
+            posture = security.posture()
+        finally:
+            asyncio.run(security.aclose())
+        verdict = f"configuration OK: {args.file} (not checked without --app MODULE:ATTR: {APP_CHECKS})"
+    print(verdict, file=sys.stderr)
+    for title, lines in [("security posture", posture.lines())]:
+        print(f"{title}:", file=sys.stderr)
+        for line in lines:
+            print(f"  {line}", file=sys.stderr)
     print(json.dumps(masked(settings), indent=2))
     _app_settings_note(settings)
     return EXIT_OK
@@ -310,8 +328,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--check-only", action="store_true", help=argparse.SUPPRESS)  # --reload's check of a new version
     run.set_defaults(handler=_run)
 
-    check = commands.add_parser("check-config", help="validate FILE and print the effective settings, secrets masked")
+    check = commands.add_parser(
+        "check-config",
+        help="run the checks of `bastion run` on FILE (and, with --app, on the app) and print the effective "
+        "settings, secrets masked",
+    )
     check.add_argument("file", metavar="FILE")
+    check.add_argument("--app", metavar="MODULE:ATTR", help=f"import and build this service too, to check {APP_CHECKS}")
+    check.add_argument("--app-dir", default=".", help="directory added to sys.path before importing (default: .)")
     check.set_defaults(handler=_check_config)
 
     policy = commands.add_parser("policy", help="check or evaluate a Cedar policy file; print a service's schema")

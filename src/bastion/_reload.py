@@ -1,8 +1,9 @@
 """``bastion run --reload``: development only. Restart the service when its code, config or policies change.
 
-A supervisor process binds the port once and runs the service in a worker process that serves on that socket
-(inherited by file descriptor). When a watched file changes, the supervisor first checks the new code and
-config in a separate process (import, build: what ``bastion run`` checks before it listens). If the check
+A supervisor process binds the port once (``bastion._runner.listen``, before anything else runs) and runs the
+service in a worker process that serves on that socket (inherited by file descriptor); each worker logs the
+``service_listening`` line ``bastion run`` logs. When a watched file changes, the supervisor first checks the
+new code and config in a separate process (import, build: what ``bastion run`` checks before it listens). If the check
 fails, its one ``error: ...`` line is printed and the running worker keeps serving the previous version;
 otherwise the old worker is stopped (gracefully) and a new one started on the same socket. Connections that
 arrive during the swap wait in the socket's backlog instead of being refused.
@@ -29,7 +30,6 @@ import structlog
 import watchfiles
 
 from bastion.config import Settings
-from bastion.errors import ConfigError
 
 STOP_TIMEOUT_SECS = 10.0
 """How long a replaced worker may take to finish its requests before it is killed (development only)."""
@@ -63,21 +63,6 @@ class _Filter(watchfiles.DefaultFilter):
         if path in self.files:
             return True
         return path.endswith(".py") and super().__call__(change, path)
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """The listening socket the workers inherit (IPv6 when ``host`` is an IPv6 address)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 class Reloader:

@@ -3,6 +3,11 @@
 Graceful shutdown (SIGTERM/SIGINT) is uvicorn's: stop accepting, let in-flight requests finish within
 ``service.graceful_shutdown_secs``, then exit 0. ``--workers N`` uses uvicorn's supervisor; each worker
 re-reads the app and the config.
+
+Every start-up failure is a ConfigError of one line (the command line prints ``error: ...`` and exits 2): the
+app is imported and built, then the port is bound (:func:`listen`, before any start-up hook runs), and only then
+does uvicorn run the lifespan start-up on the bound socket. A start-up that fails there reaches the runner through
+``BastionApp.on_startup_failure`` (a worker of ``--workers N`` writes it to a file the supervisor reads).
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ import shutil
 import socket
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import structlog
 import uvicorn
 from fastapi import APIRouter
 from uvicorn.config import Config
@@ -37,18 +45,59 @@ from bastion.config import Settings, load_settings
 from bastion.errors import ConfigError
 
 ENV_APP, ENV_CONFIG, ENV_APP_DIR = "BASTION_APP", "BASTION_CONFIG", "BASTION_APP_DIR"
+ENV_STARTUP_FAILURE = "BASTION_STARTUP_FAILURE_DIR"
+"""``--workers N``: where the first worker whose start-up fails writes its one line for the supervisor."""
+FAILURE_FILE = "failure"
+LISTEN_BACKLOG = 2048
+
+log = structlog.get_logger("bastion.run")
 
 
-_STARTUP_FAILURE = 3
-"""The exit code of a failed start-up (uvicorn.config.STARTUP_FAILURE from uvicorn 0.50 on)."""
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket uvicorn, its workers or ``--reload``'s workers serve on (IPv6 when ``host`` is an IPv6
+    address), bound before the start-up hooks run. A port in use is a ConfigError of one line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock.listen(LISTEN_BACKLOG)
+    sock.set_inheritable(True)
+    return sock
+
+
+def log_listening(sock: socket.socket, *, tls: bool) -> None:
+    """The one line saying where the service is served (the same in every mode): ``service_listening``."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    log.info("service_listening", url=f"{'https' if tls else 'http'}://{shown}:{port}")
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, exiting 0 after a graceful shutdown instead of re-raising SIGTERM/SIGINT."""
+    """uvicorn's server, exiting 0 after a graceful shutdown instead of re-raising SIGTERM/SIGINT, and saying
+    where it listens once started (uvicorn says it only for sockets it binds itself)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and sockets:
+            log_listening(sockets[0], tls=self.config.is_ssl)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
         uvicorn_compat.forget_captured_signals(self)
+
+
+def _where(exc: BaseException, app_dir: str) -> str:
+    """``FILE:LINE: `` of the frame that raised ``exc`` in the user's code (under ``app_dir``; else the last frame
+    with a file), or nothing."""
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if not frame.filename.startswith("<")]
+    root = os.path.abspath(app_dir)
+    own = [frame for frame in frames if os.path.abspath(frame.filename).startswith(root + os.sep)]
+    shown = own or frames
+    return f"{shown[-1].filename}:{shown[-1].lineno}: " if shown else ""
 
 
 def import_service(reference: str, *, app_dir: str = ".") -> Service:
@@ -77,7 +126,8 @@ def import_service(reference: str, *, app_dir: str = ".") -> Service:
     except ConfigError:
         raise
     except Exception as exc:
-        raise ConfigError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+        where = _where(exc, app_dir)
+        raise ConfigError(f"importing {module_name!r} failed: {where}{type(exc).__name__}: {exc}") from exc
     target: Any = module
     for part in attr.split("."):
         try:
@@ -97,7 +147,7 @@ def import_service(reference: str, *, app_dir: str = ".") -> Service:
         except ConfigError:
             raise
         except Exception as exc:
-            raise ConfigError(f"{reference}() failed: {type(exc).__name__}: {exc}") from exc
+            raise ConfigError(f"{reference}() failed: {_where(exc, app_dir)}{type(exc).__name__}: {exc}") from exc
     if not isinstance(target, Service):
         raise ConfigError(f"{reference!r} is a {type(target).__name__}, not a bastion.Service")
     return target
@@ -113,8 +163,17 @@ def _worker_app() -> BastionApp:
     settings = load_settings(os.environ.get(ENV_CONFIG) or None)
     configure_logging(settings.service.log_level, settings.service.log_format)
     app = build(os.environ[ENV_APP], settings, app_dir=os.environ.get(ENV_APP_DIR, "."))
+    report = os.environ.get(ENV_STARTUP_FAILURE)
+    if report:
+        app.on_startup_failure = functools.partial(_write_failure, Path(report) / FAILURE_FILE)
     freeze_startup_objects()
     return app
+
+
+def _write_failure(path: Path, failure: ConfigError) -> None:
+    """A worker's failed start-up, for the supervisor: the first worker's line is kept, the others' dropped."""
+    with contextlib.suppress(FileExistsError), path.open("x", encoding="utf-8") as file:
+        file.write(str(failure))
 
 
 def uvicorn_config(
@@ -184,29 +243,53 @@ def serve(
     if fd is not None and workers > 1:
         raise ConfigError("an inherited socket (--fd) is served by one worker: drop --workers")
     if workers > 1:
-        os.environ.update({ENV_APP: reference, ENV_APP_DIR: os.path.abspath(app_dir)})
-        if config_path:
-            os.environ[ENV_CONFIG] = os.path.abspath(config_path)
-        with _multiprocess_metrics(settings) as expose:
-            build(reference, settings, app_dir=app_dir)  # fail in the parent, before binding, on a bad app
-            config = uvicorn_config(
-                "bastion._runner:_worker_app", settings, host=host, port=port, workers=workers, factory=True
-            )
-            with _metrics_listener(settings, host, expose):
-                uvicorn_compat.multiprocess(config, [config.bind_socket()]).run()
-        return 0
+        return _serve_workers(reference, settings, config_path=config_path, host=host, port=port, workers=workers,
+                              app_dir=app_dir)  # fmt: skip
     app = build(reference, settings, app_dir=app_dir)
-    server = _Server(uvicorn_config(app, settings, host=host, port=port))
-    sockets = None if fd is None else [socket.socket(fileno=fd)]  # family and type read from the descriptor
+    config = uvicorn_config(app, settings, host=host, port=port)
+    # family and type read from the inherited descriptor
+    sock = listen(host, port) if fd is None else socket.socket(fileno=fd)
+    failures: list[ConfigError] = []
+    app.on_startup_failure = failures.append
+    server = _Server(config)
     freeze_startup_objects()
-    with _metrics_listener(settings, host, app.metrics.exposition):
-        server.run(sockets=sockets)
-    if server.started:
-        return 0
-    # A lifespan start-up that failed (an eager broker connection, ...) exits 3, uvicorn's STARTUP_FAILURE: uvicorn
-    # 0.50 and later exit with it themselves; before, the server returns unstarted.
-    lifespan = getattr(server, "lifespan", None)
-    return _STARTUP_FAILURE if lifespan is not None and lifespan.should_exit else 1
+    try:
+        with _metrics_listener(settings, host, app.metrics.exposition):
+            server.run(sockets=[sock])
+    except SystemExit:  # uvicorn 0.50 and later exit 3 when the lifespan start-up fails (the failure is below)
+        if not failures:
+            raise
+    if failures:
+        raise failures[0]
+    return 0 if server.started else 1
+
+
+def _serve_workers(
+    reference: str, settings: Settings, *, config_path: str | None, host: str, port: int, workers: int, app_dir: str
+) -> int:
+    """``--workers N``: build once here to fail early, bind, then uvicorn's supervisor; a worker whose start-up
+    fails leaves its line in a file, raised here as the one error once the supervisor has stopped."""
+    os.environ.update({ENV_APP: reference, ENV_APP_DIR: os.path.abspath(app_dir)})
+    if config_path:
+        os.environ[ENV_CONFIG] = os.path.abspath(config_path)
+    with _multiprocess_metrics(settings) as expose, tempfile.TemporaryDirectory(prefix="bastion-start-") as report:
+        build(reference, settings, app_dir=app_dir)  # fail in the parent, before binding, on a bad app
+        config = uvicorn_config(
+            "bastion._runner:_worker_app", settings, host=host, port=port, workers=workers, factory=True
+        )
+        sock = listen(host, port)
+        os.environ[ENV_STARTUP_FAILURE] = report
+        try:
+            with _metrics_listener(settings, host, expose):
+                log_listening(sock, tls=config.is_ssl)
+                uvicorn_compat.multiprocess(config, [sock]).run()
+        finally:
+            os.environ.pop(ENV_STARTUP_FAILURE, None)
+            sock.close()
+        failure = Path(report) / FAILURE_FILE
+        if failure.exists():
+            raise ConfigError(failure.read_text(encoding="utf-8"))
+    return 0
 
 
 def freeze_startup_objects() -> None:

@@ -14,6 +14,7 @@ import datetime
 import logging
 import sys
 import time
+import traceback
 from collections.abc import Iterable, MutableMapping
 from typing import Any, TextIO
 
@@ -83,6 +84,13 @@ def _below_threshold(logger: Any, method: str, event_dict: MutableMapping[str, A
 
 def _orjson(value: Any, **kwargs: Any) -> str:
     return orjson.dumps(value, default=kwargs.get("default", str)).decode()
+
+
+def exception_text(exc: BaseException) -> str:
+    """``exc``'s traceback as ``format_exc_info`` writes it, for the ``exception`` field of a log event: never the
+    frames' locals, whatever renderer the process has (structlog unconfigured, as in a test run, renders ``exc_info``
+    with every local, a request's headers and its bearer token among them)."""
+    return "".join(traceback.format_exception(exc)).rstrip("\n")
 
 
 def configure_logging(level: str = "info", fmt: str = "auto", *, quiet: Iterable[str] = ()) -> None:

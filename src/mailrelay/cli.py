@@ -41,19 +41,21 @@ USAGE = "usage: mailrelay [--help] [--version] [docs [TOPIC]]   (configured by M
 
 
 def help_text() -> str:
-    """``mailrelay --help``: how it is configured, then every variable with its default."""
+    """``mailrelay --help``: how it is configured, then every variable (the required ones first) with its default
+    and what it is for."""
     rows = variable_defaults()
-    width = max(len(name) for name, _ in rows)
+    width = max(len(name) for name, _, _ in rows)
+    default_width = max(len("default"), *(len(default) for _, default, _ in rows))
     lines = [
         USAGE,
         "",
         "SMTP server that posts each accepted message to a webhook as signed JSON. Settings come from MAIL_RELAY_*",
         "variables (the process environment wins over ./.env); a bad value or an unknown MAIL_RELAY_* name stops",
-        "it with exit code 2 before it listens. What each variable means: `mailrelay docs` (the manual installed",
+        "it with exit code 2 before it listens. More on each variable: `mailrelay docs` (the manual installed",
         "with MailRelay; `mailrelay docs installation` for the extras).",
         "",
-        f"{'variable':<{width}}  default",
-        *(f"{name:<{width}}  {default}" for name, default in rows),
+        f"{'variable':<{width}}  {'default':<{default_width}}  meaning",
+        *(f"{name:<{width}}  {default:<{default_width}}  {meaning}" for name, default, meaning in rows),
     ]
     return "\n".join(lines)
 

@@ -64,7 +64,8 @@ class TestErrorShapes:
         assert response.headers["x-request-id"] == "req-42"
         errors = [entry for entry in logs if entry["event"] == "unhandled_exception"]
         assert len(errors) == 1
-        assert isinstance(errors[0]["exc_info"], RuntimeError)
+        assert errors[0]["exception"].startswith("Traceback (most recent call last):")
+        assert errors[0]["exception"].endswith("RuntimeError: database password is hunter2")
 
     async def test_500_log_line_carries_the_request_id(self, asgi_client: Callable[..., httpx.AsyncClient]) -> None:
         import structlog
@@ -262,4 +263,6 @@ class TestLifespan:
             sent.append(message)
 
         await service.build(open_settings())({"type": "lifespan"}, receive, send)  # type: ignore[arg-type]
-        assert sent == [{"type": "lifespan.startup.failed", "message": "RuntimeError: no database"}]
+        assert sent == [
+            {"type": "lifespan.startup.failed", "message": "start-up hook up failed: RuntimeError: no database"}
+        ]

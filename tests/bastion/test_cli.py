@@ -348,6 +348,7 @@ APPS = {
     "broken_syntax.py": "from bastion import Service\n\nservice = Service('x') +\n",
     "needs_missing.py": "import not_installed_pkg_xyz\n",
     "raises_at_import.py": "raise RuntimeError('kaboom')\n",
+    "name_error.py": "from bastion import Service\n\nservice = Service(undefined_name)\n",
     "router_app.py": "from bastion import Service\nservice = Service('r')\nv2 = service.version(2)\n",
 }
 
@@ -388,8 +389,14 @@ def bastion(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         ),
         pytest.param(
             "raises_at_import:service",
-            "error: importing 'raises_at_import' failed: RuntimeError: kaboom",
+            "error: importing 'raises_at_import' failed: {dir}/raises_at_import.py:1: RuntimeError: kaboom",
             id="exception-at-import",
+        ),
+        pytest.param(
+            "name_error:service",
+            "error: importing 'name_error' failed: {dir}/name_error.py:3: NameError: name 'undefined_name' is not "
+            "defined",
+            id="name-error-with-file-and-line",
         ),
         pytest.param(
             "router_app:v2",
@@ -416,7 +423,9 @@ def test_debug_shows_the_traceback_as_well(apps: Path, how: list[str]) -> None:
     result = bastion(*how, "run", "raises_at_import:service", "--app-dir", str(apps), env=env)
     assert result.returncode == 2
     assert "Traceback (most recent call last)" in result.stderr and "RuntimeError: kaboom" in result.stderr
-    assert result.stderr.splitlines()[-1] == "error: importing 'raises_at_import' failed: RuntimeError: kaboom"
+    assert result.stderr.splitlines()[-1] == (
+        f"error: importing 'raises_at_import' failed: {apps}/raises_at_import.py:1: RuntimeError: kaboom"
+    )
 
 
 def test_version_and_python_dash_m() -> None:
@@ -554,3 +563,67 @@ def test_a_closed_output_pipe_ends_quietly(argv: list[str]) -> None:
     finally:
         os.close(write_end)
     assert (result.returncode, result.stderr) == (141, b"")
+
+
+class TestCheckConfigWithTheApp:
+    """``check-config FILE --app MODULE:ATTR`` runs what ``bastion run`` checks once the app is built."""
+
+    APP = ["--app", "examples.documents_api:service"]
+
+    @staticmethod
+    def config(folder: Path, policy: str) -> Path:
+        (folder / "policies.cedar").write_text(policy)
+        path = folder / "service.toml"
+        path.write_text('[token]\nenabled = false\n\n[policy]\npolicy_path = "policies.cedar"\n')
+        return path
+
+    def test_a_policy_invalid_against_the_schema_is_one_error_line(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        path = self.config(
+            tmp_path, '@id("nope")\npermit(principal, action == Action::"GET /api/v2/nope", resource);\n'
+        )
+        assert main(["check-config", str(path), *self.APP]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.splitlines() == [
+            f"error: policy.policy_path = {str(tmp_path / 'policies.cedar')!r} does not validate against the service's "
+            "schema: "
+            'statement 1 (line 1), @id("nope"): unrecognized action `Action::"GET /api/v2/nope"`'
+        ]
+
+    def test_a_valid_policy_passes_with_the_app(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        path = self.config(
+            tmp_path, '@id("reads")\npermit(principal, action == Action::"GET /api/v1/documents", resource);\n'
+        )
+        assert main(["check-config", str(path), *self.APP]) == 0
+        captured = capsys.readouterr()
+        assert captured.err.splitlines()[0] == f"configuration OK with examples.documents_api:service: {path}"
+        assert json.loads(captured.out)["policy"]["policy_path"] == str(tmp_path / "policies.cedar")
+
+    def test_without_the_app_it_says_what_it_did_not_check(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        path = self.config(
+            tmp_path, '@id("nope")\npermit(principal, action == Action::"GET /api/v2/nope", resource);\n'
+        )
+        assert main(["check-config", str(path)]) == 0
+        assert capsys.readouterr().err.splitlines()[0] == (
+            f"configuration OK: {path} (not checked without --app MODULE:ATTR: policies against the app's Cedar "
+            "schema, broker handlers without a broker, the app's own start-up checks)"
+        )
+
+    def test_broker_handlers_without_a_broker_are_refused(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        (tmp_path / "consuming_app.py").write_text(
+            "from bastion import Service\n\nservice = Service('consumer')\nservice.version(1)\n\n"
+            "@service.subscribe('orders.created')\nasync def on_order(message: bytes) -> None:\n    pass\n"
+        )
+        path = tmp_path / "service.toml"
+        path.write_text("[token]\nenabled = false\n")
+        assert main(["check-config", str(path), "--app", "consuming_app:service", "--app-dir", str(tmp_path)]) == 2
+        assert capsys.readouterr().err == (
+            "error: the service declares broker streams or handlers (service.stream / subscribe / consume / respond) "
+            "but no broker is configured: set broker.url (or SERVICE_BROKER_URL)\n"
+        )

@@ -86,7 +86,7 @@ class TestReadiness:
         )
 
 
-def test_an_eager_start_without_the_broker_exits_with_one_line(
+def test_an_eager_start_without_the_broker_is_one_error_line_and_exit_2(
     bastion_process: Callable[..., BastionProcess], tmp_path: Path
 ) -> None:
     down = NatsServer(tmp_path)
@@ -99,13 +99,13 @@ def test_an_eager_start_without_the_broker_exits_with_one_line(
         "SERVICE_LOG_FORMAT": "console",
     }
     process = bastion_process(EXAMPLE_APP, env=env, wait=False)
-    assert process.proc.wait(WAIT_SECS) == 3
+    assert process.proc.wait(WAIT_SECS) == 2
     output = process.output()
     assert "Traceback" not in output
-    assert (
-        f"broker.url {down.url}: cannot connect after 2 attempts (NoServersError: nats: no servers available for "
-        "connection); start NATS, fix the URL, or set broker.lazy_init = true to start without it"
-    ) in output
+    assert [line for line in output.splitlines() if line.startswith("error:")] == [
+        f"error: broker.url {down.url}: cannot connect after 2 attempts (NoServersError: nats: no servers available "
+        "for connection); start NATS, fix the URL, or set broker.lazy_init = true to start without it"
+    ]
 
 
 async def test_the_example_publishes_documents_created(

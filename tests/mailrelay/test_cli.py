@@ -31,7 +31,7 @@ def test_docs_prints_the_manual_installed_with_the_relay(capsys: pytest.CaptureF
     assert capsys.readouterr().out == (docs / "installation.md").read_text()
     assert main(["--help"]) == 0
     help_text = capsys.readouterr().out
-    assert "What each variable means: `mailrelay docs`" in help_text
+    assert "More on each variable: `mailrelay docs`" in help_text
     assert "docs/" not in help_text
 
 
@@ -43,19 +43,27 @@ def test_unknown_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> No
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
-def test_help_lists_every_variable_with_its_default(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_lists_every_variable_once_the_required_first(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each variable on one line with its default and what it is for; the old attachment-limit name is named on
+    the new name's line, not listed again."""
     assert main([flag]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines() if line.startswith("MAIL_RELAY_")}
-    assert set(rows) == VARIABLES - REMOVED_VARIABLES  # every variable a setting reads, nothing else
-    assert rows["MAIL_RELAY_TARGET_EMAILS"] == "required"
-    assert rows["MAIL_RELAY_WEBHOOK_URL"] == "required"
-    assert rows["MAIL_RELAY_PORT"] == "2525"
-    assert rows["MAIL_RELAY_WEBHOOK_SIGNING_SECRET"] == "unset"
-    assert rows["MAIL_RELAY_WEBHOOK_ALLOW_INSECURE"] == "false"
-    assert rows["MAIL_RELAY_MAX_MESSAGE_SIZE"] == "26214400"
-    assert rows["MAIL_RELAY_ATTACHMENT_DENIED_TYPES"] == "empty"
-    assert rows["MAIL_RELAY_IGNORE_UNKNOWN_VARIABLES"] == "false"
+    listed = [line.split(None, 2) for line in out.splitlines() if line.startswith("MAIL_RELAY_")]
+    names = [name for name, _, _ in listed]
+    rows = {name: (default, meaning) for name, default, meaning in listed}
+    assert len(names) == len(set(names))
+    old_name = "MAIL_RELAY_MAX_ATTACHMENT_SIZE"
+    assert set(names) == VARIABLES - REMOVED_VARIABLES - {old_name}  # every variable a setting reads, once
+    assert names[:2] == ["MAIL_RELAY_TARGET_EMAILS", "MAIL_RELAY_WEBHOOK_URL"]
+    assert rows["MAIL_RELAY_TARGET_EMAILS"] == ("required", "comma-separated recipient addresses to accept")
+    assert rows["MAIL_RELAY_PORT"] == ("2525", "SMTP port")
+    assert rows["MAIL_RELAY_ATTACHMENT_MAX_BYTES"] == (
+        "10485760",
+        "decoded bytes per attachment (old name MAIL_RELAY_MAX_ATTACHMENT_SIZE, either works)",
+    )
+    assert rows["MAIL_RELAY_WEBHOOK_SIGNING_SECRET"][0] == "unset"
+    assert rows["MAIL_RELAY_ATTACHMENT_DENIED_TYPES"][0] == "empty"
+    assert all(meaning.strip() for _, meaning in rows.values())
     assert out.startswith("usage: mailrelay [--help] [--version]")
 
 

@@ -31,6 +31,7 @@ from bastion._task_deadline import TaskDeadline
 from bastion.errors import BastionError, NotFound, TokenError
 from bastion.types import SCOPE_GRPC_RESOURCE, SCOPE_REQUEST_ID, Scope
 from bastion_core import running_loop
+from bastion_core._logging import exception_text
 
 DEFAULT_MESSAGE_TIMEOUT_SECS = 30.0
 """``middleware.timeout_secs``'s default: how long a unary or server-streaming call's request message may take."""
@@ -305,7 +306,10 @@ class GrpcGuard:
             handled = await self.exception_handlers.handle(exc, scope)
         except Exception as failure:
             log.error(
-                "exception_handler_failed", grpc_method=scope["path"], handled=type(exc).__name__, exc_info=failure
+                "exception_handler_failed",
+                grpc_method=scope["path"],
+                handled=type(exc).__name__,
+                exception=exception_text(failure),
             )
             return BastionError()
         return None if handled is None else grpc_status_of(handled)

@@ -34,6 +34,7 @@ from bastion.errors import (
 )
 from bastion.types import ASGIApp, Message, Receive, Scope, Send
 from bastion_core import BulkheadFullError, CircuitOpenError
+from bastion_core._logging import exception_text
 
 log = structlog.get_logger("bastion.errors")
 
@@ -240,7 +241,12 @@ class ErrorRenderingMiddleware:
         try:
             return await self.handlers.handle(exc, scope, rendered=as_bastion_error(exc) is not None)
         except Exception as failure:
-            log.error("exception_handler_failed", path=scope["path"], handled=type(exc).__name__, exc_info=failure)
+            log.error(
+                "exception_handler_failed",
+                path=scope["path"],
+                handled=type(exc).__name__,
+                exception=exception_text(failure),
+            )
             return BastionError()
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -266,7 +272,12 @@ def _logged_error(exc: Exception, scope: Scope) -> BastionError:
     """``exc`` in the error tree; unexpected exceptions become a 500 logged with the traceback."""
     error = as_bastion_error(exc)
     if error is None:
-        log.error("unhandled_exception", path=scope["path"], method=scope.get("method", "GET"), exc_info=exc)
+        log.error(
+            "unhandled_exception",
+            path=scope["path"],
+            method=scope.get("method", "GET"),
+            exception=exception_text(exc),
+        )
         return BastionError()
     if error.status >= 500:
         log.error("request_failed", path=scope["path"], code=error.code, error=error.detail)
@@ -287,6 +298,6 @@ class PanicRecoveryMiddleware:
         try:
             await self.app(scope, receive, inward)
         except Exception as exc:
-            log.error("panic_recovered", path=scope["path"], exc_info=exc)
+            log.error("panic_recovered", path=scope["path"], exception=exception_text(exc))
             if not response.started:
                 await send_error(send, BastionError(), scope)

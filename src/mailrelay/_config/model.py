@@ -73,6 +73,7 @@ from mailrelay._config.converters import (
     read_variable,
     variable_name,
 )
+from mailrelay._config.descriptions import ALIASES, DESCRIPTIONS
 
 ENV_FILE = ".env"
 DEFAULT_PORT = 2525
@@ -355,12 +356,16 @@ def refuse_unknown_variables(names: Sequence[str]) -> None:
     )
 
 
-def variable_defaults() -> list[tuple[str, str]]:
-    """``(variable, default as text)`` for every setting, in the order they are checked (``mailrelay --help``)."""
-    listed = []
-    for field in Settings.model_fields.values():
+def variable_defaults() -> list[tuple[str, str, str]]:
+    """``(variable, default as text, one-line description)`` for every setting (``mailrelay --help``): the required
+    ones first, then in the order they are checked; a setting with an old name too is listed once, under its new
+    name (:data:`~mailrelay._config.descriptions.ALIASES`)."""
+    old_names = set(ALIASES.values())
+    required: list[tuple[str, str, str]] = []
+    optional: list[tuple[str, str, str]] = []
+    for field_name, field in Settings.model_fields.items():
         name = str(field.validation_alias)
-        if name in REMOVED_VARIABLES:
+        if name in REMOVED_VARIABLES or field_name in old_names:
             continue
         default = field.default
         if field.is_required():
@@ -375,8 +380,12 @@ def variable_defaults() -> list[tuple[str, str]]:
             shown = ",".join(sorted(str(item) for item in default))
         else:
             shown = str(default)
-        listed.append((name, shown))
-    return listed
+        description = DESCRIPTIONS.get(field_name, "")
+        if field_name in ALIASES:
+            old = Settings.model_fields[ALIASES[field_name]].validation_alias
+            description += f" (old name {old}, either works)"
+        (required if field.is_required() else optional).append((name, shown, description))
+    return [*required, *optional]
 
 
 def shown_value(raw: str) -> str:

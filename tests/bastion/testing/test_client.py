@@ -97,7 +97,10 @@ class TestLifespan:
         with pytest.raises(RuntimeError) as raised:
             async with AsyncServiceClient(failing_service(OSError("no route to the database"))):
                 pass
-        assert str(raised.value) == "service 'broken-api' failed to start: OSError: no route to the database"
+        assert (
+            str(raised.value)
+            == "service 'broken-api' failed to start: start-up hook fail failed: OSError: no route to the database"
+        )
 
     def test_a_request_outside_with_is_refused(self) -> None:
         client = ServiceClient(claims_service())

@@ -1,0 +1,65 @@
+"""One line per MAIL_RELAY_* variable for ``mailrelay --help`` (docs/mailrelay.md has the whole story of each).
+
+Keyed by the setting's field name; ``tests/mailrelay/test_cli.py`` checks that every listed variable has one.
+"""
+
+from __future__ import annotations
+
+ALIASES = {"attachment_max_bytes": "max_attachment_size"}
+"""A setting read under a second, older name too: listed once, under the new name, with the old one named."""
+
+DESCRIPTIONS = {
+    "target_emails": "comma-separated recipient addresses to accept",
+    "webhook_url": "where payloads are POSTed (https://, or http:// to a loopback host)",
+    "tls_cert": "PEM certificate chain for STARTTLS (with TLS_KEY; unset: a self-signed one)",
+    "tls_key": "PEM private key for STARTTLS (with TLS_CERT)",
+    "webhook_allow_insecure": "true: plain http:// to any host",
+    "bind_address": "SMTP listen address",
+    "port": "SMTP port",
+    "health_bind_address": "health endpoint listen address (and metrics')",
+    "health_port": "health endpoint port",
+    "metrics_port": "Prometheus /metrics port (unset: off)",
+    "header_prefixes": "comma-separated header-name prefixes copied into the payload's headers",
+    "webhook_signing_secret": "signs each payload (unset: unsigned)",
+    "webhook_timeout": "seconds per delivery attempt",
+    "webhook_max_retries": "extra attempts after the first (0-20)",
+    "webhook_backoff_base": "seconds before the first retry, doubling each time",
+    "circuit_breaker_failure_rate": "failure rate over the window that opens the webhook's breaker (0.0-1.0)",
+    "circuit_breaker_min_requests": "attempts in the breaker's sliding window",
+    "circuit_breaker_half_open_requests": "test messages let through once the breaker's wait is over",
+    "circuit_breaker_reset": "seconds the breaker stays open",
+    "max_message_size": "bytes of message data (advertised as SIZE)",
+    "attachment_max_bytes": "decoded bytes per attachment",
+    "log_level": "DEBUG, INFO, WARNING, ERROR or CRITICAL",
+    "log_format": "json, console or auto (console on a terminal)",
+    "ignore_unknown_variables": "true: an unknown MAIL_RELAY_* name is a warning, not an error",
+    "max_concurrent_per_ip": "simultaneous SMTP sessions per client IP",
+    "max_sessions": "simultaneous SMTP sessions in all",
+    "max_unknown_rcpts_per_session": "unknown recipients tolerated per session",
+    "idle_timeout": "seconds without a command before the session is closed",
+    "shutdown_grace": "seconds a shutdown waits for messages in progress",
+    "dmarc_mode": "off, monitor or enforce",
+    "dns_servers": "DNS servers for DMARC, SPF and DKIM (empty: the system resolver)",
+    "dns_timeout": "seconds per DNS query",
+    "attachment_max_total_bytes": "decoded bytes of all attachments of one message (unset: no limit)",
+    "attachment_max_count": "attachments delivered per message (unset: no limit)",
+    "attachment_allowed_types": "comma-separated MIME types, only these delivered (empty: all)",
+    "attachment_denied_types": "comma-separated MIME types never delivered",
+    "attachment_denied_extensions": "comma-separated file extensions never delivered",
+    "attachment_policy_action": "drop (leave the attachment out) or reject (refuse the message)",
+    "attachment_delivery": "inline (base64 in the payload) or s3",
+    "s3_bucket": "bucket for attachments (required with ATTACHMENT_DELIVERY=s3)",
+    "s3_prefix": "key prefix, used literally",
+    "s3_endpoint_url": "an S3-compatible server (unset: AWS)",
+    "s3_region": "region (unset: the AWS chain's, else us-east-1)",
+    "s3_presign_secs": "lifetime of the presigned_url (unset: none)",
+    "s3_inline_max_bytes": "with s3, attachments up to this size stay inline",
+    "s3_timeout": "seconds to connect and per read of one S3 request",
+    "queue": "direct (250 after the webhook) or jetstream (250 once stored)",
+    "nats_url": "the NATS server(s) (required with QUEUE=jetstream)",
+    "queue_stream": "the JetStream stream relays share",
+    "queue_workers": "deliveries this relay makes at once (0: accept only)",
+    "queue_max_attempts": "POSTs per message before the dead-letter subject",
+    "queue_max_age": "seconds after the 250 past which a failure dead-letters the message",
+    "queue_ack_wait": "seconds a delivery may take before another worker gets it",
+}
