@@ -102,10 +102,12 @@ def _check_config(args: argparse.Namespace) -> int:
     _load_dotenv()
     settings = load_settings(args.file)
     extras.check(settings)
+    app_settings = None
     if args.app:
         from bastion._runner import build
 
         app = build(args.app, settings, app_dir=args.app_dir)
+        app_settings = app.app_settings
         try:
             posture = app.posture()
         finally:
@@ -123,14 +125,15 @@ def _check_config(args: argparse.Namespace) -> int:
         print(f"{title}:", file=sys.stderr)
         for line in lines:
             print(f"  {line}", file=sys.stderr)
-    print(json.dumps(masked(settings), indent=2))
-    _app_settings_note(settings)
+    print(json.dumps(masked(settings, app=app_settings), indent=2))
+    if not args.app:
+        _app_settings_note(settings)
     return EXIT_OK
 
 
 def _app_settings_note(settings: Settings) -> None:
     """Without the app, ``[app]`` and ``SERVICE_APP_*`` cannot be validated: say so (with the app, its validated
-    settings are in the JSON document, masked: ``masked(settings, app=app.app_settings)``)."""
+    settings are in the JSON document, masked)."""
     if settings.app.table or settings.app.environ:
         print("[app]: not checked: the app's settings model validates it (Service(settings=...))", file=sys.stderr)
 

@@ -145,3 +145,39 @@ def test_check_config_without_the_app_shows_no_app_values_and_says_why(
     assert "app" not in json.loads(out)
     assert "k-123" not in out + err
     assert "[app]: not checked: the app's settings model validates it (Service(settings=...))" in err
+
+
+NOTES_APP = (
+    "from pydantic import BaseModel, SecretStr\nfrom bastion import Service\n\n\n"
+    "class NotesSettings(BaseModel):\n    port: int = 9000\n    api_key: SecretStr = SecretStr('unset')\n\n\n"
+    "service = Service('notes', settings=NotesSettings)\nservice.version(1)\n"
+)
+
+
+def test_check_config_with_the_app_shows_its_settings_masked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./.env read into the environment
+    (tmp_path / "notes_settings_app.py").write_text(NOTES_APP)
+    config = write_config(tmp_path, 'port = 9100\napi_key = "k-123"\n')
+    argv = ["check-config", str(config), "--app", "notes_settings_app:service", "--app-dir", str(tmp_path)]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["app"] == {"port": 9100, "api_key": "***"}
+    assert "k-123" not in out + err
+    assert "[app]: not checked" not in err
+
+
+def test_check_config_with_the_app_names_a_bad_app_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes_settings_app2.py").write_text(NOTES_APP)
+    config = write_config(tmp_path, "prot = 9100\n")
+    argv = ["check-config", str(config), "--app", "notes_settings_app2:service", "--app-dir", str(tmp_path)]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"error: invalid configuration ({config}): unknown key 'app.prot'; did you mean 'app.port'?"
+    ]
