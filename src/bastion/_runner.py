@@ -20,6 +20,7 @@ import inspect
 import math
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -46,6 +47,9 @@ from bastion.errors import ConfigError
 
 ENV_APP, ENV_CONFIG, ENV_APP_DIR = "BASTION_APP", "BASTION_CONFIG", "BASTION_APP_DIR"
 ENV_STARTUP_FAILURE = "BASTION_STARTUP_FAILURE_DIR"
+ENV_SUPERVISOR = "BASTION_SUPERVISOR_PID"
+"""The ``--workers`` supervisor's process: a worker whose start-up failed stops it (SIGTERM), so no uvicorn
+restarts it (uvicorn before 0.50 restarts a dead worker; later ones stop on their own)."""
 """``--workers N``: where the first worker whose start-up fails writes its one line for the supervisor."""
 FAILURE_FILE = "failure"
 LISTEN_BACKLOG = 2048
@@ -165,15 +169,20 @@ def _worker_app() -> BastionApp:
     app = build(os.environ[ENV_APP], settings, app_dir=os.environ.get(ENV_APP_DIR, "."))
     report = os.environ.get(ENV_STARTUP_FAILURE)
     if report:
-        app.on_startup_failure = functools.partial(_write_failure, Path(report) / FAILURE_FILE)
+        supervisor = int(os.environ.get(ENV_SUPERVISOR) or 0)
+        app.on_startup_failure = functools.partial(_write_failure, Path(report) / FAILURE_FILE, supervisor)
     freeze_startup_objects()
     return app
 
 
-def _write_failure(path: Path, failure: ConfigError) -> None:
-    """A worker's failed start-up, for the supervisor: the first worker's line is kept, the others' dropped."""
+def _write_failure(path: Path, supervisor: int, failure: ConfigError) -> None:
+    """A worker's failed start-up, for the supervisor: the first worker's line is kept, the others' dropped; then
+    the supervisor is told to stop (SIGTERM, as an operator would), whatever uvicorn does with a dead worker."""
     with contextlib.suppress(FileExistsError), path.open("x", encoding="utf-8") as file:
         file.write(str(failure))
+    if supervisor:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(supervisor, signal.SIGTERM)
 
 
 def uvicorn_config(
@@ -278,13 +287,14 @@ def _serve_workers(
             "bastion._runner:_worker_app", settings, host=host, port=port, workers=workers, factory=True
         )
         sock = listen(host, port)
-        os.environ[ENV_STARTUP_FAILURE] = report
+        os.environ.update({ENV_STARTUP_FAILURE: report, ENV_SUPERVISOR: str(os.getpid())})
         try:
             with _metrics_listener(settings, host, expose):
                 log_listening(sock, tls=config.is_ssl)
                 uvicorn_compat.multiprocess(config, [sock]).run()
         finally:
             os.environ.pop(ENV_STARTUP_FAILURE, None)
+            os.environ.pop(ENV_SUPERVISOR, None)
             sock.close()
         failure = Path(report) / FAILURE_FILE
         if failure.exists():
