@@ -21,6 +21,7 @@ from starlette.datastructures import State
 
 from bastion import _assembly as assembly
 from bastion import _extras as extras
+from bastion import _tls as tls
 from bastion._assembly import INLINE_DEPENDENCIES as INLINE_DEPENDENCIES
 from bastion._connections import ConnectionSlots
 from bastion._metrics import Metrics
@@ -61,6 +62,8 @@ class BastionApp:
         self.tracer = self.tracing.tracer if self.tracing is not None else None
         self.metrics.traced = self.tracer is not None  # the steps' outcomes also go on the request's span
         self._watcher: asyncio.Task[None] | None = None
+        self._tls_watcher: asyncio.Task[None] | None = None
+        self.metrics.watch_tls(partial(tls.report, settings))
         self._lifespan_context: contextlib.AbstractAsyncContextManager[Any] | None = None
         self.grpc: Any = None  # bastion.grpc._server.GrpcServer once started
         self._memory_broker = memory_broker
@@ -152,6 +155,7 @@ class BastionApp:
             extractors=[*self.parts.extractors, *self.parts.grpc_extractors],
             declared=self.parts.resource_attributes,
             grpc_services=self.parts.grpc_services,
+            service_principals=self.settings.tls.mtls,
         )
 
     def reload_policies(self) -> LoadedPolicies:
@@ -180,11 +184,12 @@ class BastionApp:
         if self.grpc is not None:
             await self.grpc.drain(self.settings.service.graceful_shutdown_secs)
             self.grpc = None
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        for task in (self._watcher, self._tls_watcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._watcher = self._tls_watcher = None
         if self.audit_sink is not None:
             await self.audit_sink.stop()
         if self.broker is not None:
@@ -230,6 +235,7 @@ class BastionApp:
             exception_handlers=self.parts.exception_handlers,
             metrics=self.metrics,
             tracer=self.tracer,
+            identity_from=settings.tls.identity_from if settings.tls.mtls else None,
         )
 
         async def ready() -> bool:
@@ -243,6 +249,7 @@ class BastionApp:
                 settings.service.host,
                 settings.grpc.port,
                 preface_timeout_secs=settings.service.header_read_timeout_secs,
+                tls=tls.server_tls(settings, alpn=("h2",)),
                 slots=ConnectionSlots(settings.service.max_connections, settings.service.max_connections_per_ip),
             )
         else:
@@ -305,6 +312,8 @@ class BastionApp:
                 await self.start_grpc(scope.setdefault("state", {}))
             if self.policy is not None and self.settings.policy.hot_reload:
                 self._watcher = asyncio.create_task(self.policy.watch(), name="policy-hot-reload")
+            if self.settings.service.tls_cert_path is not None:
+                self._tls_watcher = asyncio.create_task(tls.watch(self.settings), name="tls-reload")
         except ConfigError as exc:
             failure = ConfigError(str(exc))
             failure.__cause__ = exc

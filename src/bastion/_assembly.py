@@ -361,7 +361,7 @@ def steps(
             metrics=metrics,
             tracer=tracer,
             builtin_paths=builtin_paths,
-            token_auth=security.token_auth,
+            token_auth=security.credentials or security.token_auth,
             rate_limit=security.rate_limiting,
             policy=security.policy,
             resilience=[(layer.name, layer) for layer in resilience],

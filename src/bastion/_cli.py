@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bastion import _dev_ca as dev_ca
 from bastion import _extras as extras
 from bastion.config import Settings, load_settings, masked
 from bastion.config._env import dotenv_overrides
@@ -291,7 +292,7 @@ def _policy_eval(args: argparse.Namespace) -> int:
     return EXIT_OK if decision.allowed else EXIT_DENIED
 
 
-COMMANDS = ("run", "check-config", "policy", "dev-keys", "dev-token", "docs")
+COMMANDS = ("run", "check-config", "policy", "dev-keys", "dev-ca", "dev-token", "docs")
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -382,6 +383,7 @@ def _parser() -> argparse.ArgumentParser:
     keys = commands.add_parser("dev-keys", help="development only: create an RS256 key pair (kept if present)")
     keys.add_argument("--dir", default=".dev", help="where to write jwt-private.pem and jwt-public.pem (.dev)")
     keys.set_defaults(handler=_dev_keys)
+    dev_ca.add_parser(commands)
 
     token = commands.add_parser("dev-token", help="development only: print a signed JWT for trying a service")
     token.add_argument("--key", required=True, metavar="FILE", help="private key PEM (e.g. .dev/jwt-private.pem)")

@@ -31,7 +31,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from bastion._responses import send_response
@@ -112,6 +112,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.multiprocess_dir = multiprocess_dir if multiprocess_dir is not None else os.environ.get(MULTIPROC_ENV)
         self._state_sources: list[Callable[[], Iterable[tuple[str, str]]]] = []
+        self._tls_sources: list[Callable[[], Iterable[tuple[str, float | None, int, int]]]] = []
         if not enabled:
             for name in _INSTRUMENTS:
                 setattr(self, name, _NOTHING)
@@ -196,6 +197,7 @@ class Metrics:
             )
         )
         registry.register(_BreakerStates(self._state_sources))
+        registry.register(_TlsCertificates(self._tls_sources))
 
     @classmethod
     def off(cls) -> Metrics:
@@ -256,6 +258,11 @@ class Metrics:
     def grpc_call(self, method: str, status: int, seconds: float) -> None:
         self._grpc("grpc", method, str(status)).observe(seconds)
 
+    def watch_tls(self, source: Callable[[], Iterable[tuple[str, float | None, int, int]]]) -> None:
+        """``source()`` gives ``(port, seconds until expiry, reloads, refused reloads)``, read at each scrape."""
+        if self.enabled:
+            self._tls_sources.append(source)
+
     def watch_breakers(self, source: Callable[[], Iterable[tuple[str, str]]]) -> None:
         """``source()`` gives ``(breaker name, state)`` pairs, read at each scrape (no per-request cost)."""
         if self.enabled:
@@ -269,6 +276,7 @@ class Metrics:
             merged = CollectorRegistry()
             MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
             merged.register(_BreakerStates(self._state_sources))
+            merged.register(_TlsCertificates(self._tls_sources))
             return generate_latest(merged)
         return generate_latest(self.registry)
 
@@ -310,6 +318,33 @@ class _BreakerStates:
             for name, state in source():
                 family.add_metric([name], BREAKER_STATES.get(state, 0))
         yield family
+
+
+class _TlsCertificates:
+    """``bastion_tls_certificate_expiry_seconds{port}`` and ``bastion_tls_reloads_total{port,outcome}``, read when
+    scraped from the reloading TLS contexts."""
+
+    def __init__(self, sources: list[Callable[[], Iterable[tuple[str, float | None, int, int]]]]) -> None:
+        self.sources = sources
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        expiry = GaugeMetricFamily(
+            "bastion_tls_certificate_expiry_seconds", "Seconds until the served certificate expires", labels=["port"]
+        )
+        reloads = CounterMetricFamily(
+            "bastion_tls_reloads", "TLS certificate set reloads by outcome", labels=["port", "outcome"]
+        )
+        for source in self.sources:
+            for port, seconds, done, refused in source():
+                if seconds is not None:
+                    expiry.add_metric([port], seconds)
+                reloads.add_metric([port, "success"], done)
+                reloads.add_metric([port, "failure"], refused)
+        yield expiry
+        yield reloads
 
 
 NO_METRICS = Metrics.off()

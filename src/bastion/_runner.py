@@ -226,6 +226,10 @@ def uvicorn_config(
     )
     config.alpn_h2 = settings.grpc.enabled and not settings.grpc.use_separate_port
     config.limits = ListenerLimits.from_settings(settings.service)
+    if settings.service.tls_cert_path is not None:
+        config.tls_settings = settings
+    if settings.tls.mtls:
+        config.identity_from = tuple(settings.tls.identity_from)
     return config
 
 

@@ -18,10 +18,14 @@ import structlog
 from bastion._audit import Auditor
 from bastion._cache_store import CacheStore, cache_store_from_settings
 from bastion._metrics import NO_METRICS, Metrics
+from bastion._tls import port_alpn, server_tls
+from bastion._tls import posture as tls_posture
+from bastion._tls import posture_line as tls_posture_line
 from bastion.auth._capability import TokenAuthGuard
+from bastion.auth._mtls import CredentialsGuard
 from bastion.auth._posture import TokenPosture
 from bastion.auth._revocation import Revocations
-from bastion.config import ServiceSettings, Settings, read_file
+from bastion.config import Settings, read_file
 from bastion.errors import ConfigError
 from bastion.policy._capability import PolicyGuard, ResourceExtractor
 from bastion.policy._normalize import Normalizer
@@ -41,8 +45,10 @@ TOKEN_NOT_CONFIGURED = (
 log = structlog.get_logger("bastion.security")
 
 
-def check_tls(settings: ServiceSettings) -> None:
-    """Refuse a certificate or key file that cannot be read or does not load (ConfigError naming the keys)."""
+def check_tls(full: Settings) -> None:
+    """Refuse a certificate or key file that cannot be read or does not load (ConfigError naming the keys), then
+    a set that fails the rotation checks (key matches, valid now, chain complete, client CA and CRL usable)."""
+    settings = full.service
     if settings.tls_cert_path is None or settings.tls_key_path is None:
         return
     read_file("service.tls_cert_path", settings.tls_cert_path)
@@ -56,6 +62,11 @@ def check_tls(settings: ServiceSettings) -> None:
             f"service.tls_cert_path = {settings.tls_cert_path!r} and service.tls_key_path = "
             f"{settings.tls_key_path!r} are not a PEM certificate chain and its private key ({exc})"
         ) from None
+    if full.tls.mtls:
+        read_file("tls.client_ca_path", full.tls.client_ca_path or "")
+        if full.tls.crl_path is not None:
+            read_file("tls.crl_path", full.tls.crl_path)
+    server_tls(full, alpn=port_alpn(full))
 
 
 def not_applied(settings: Settings, resilience: Sequence[ResilienceGuard] | None = None) -> list[tuple[str, str]]:
@@ -90,6 +101,8 @@ class Security:
     revocations: Revocations
     auditor: Auditor
     token_auth: TokenAuthGuard | None
+    credentials: CredentialsGuard | None
+    """With ``tls.client_auth`` on: the token-auth step, choosing per path between token and client certificate."""
     policy: PolicyGuard | None
     rate_limiting: RateLimitGuard | None
 
@@ -115,7 +128,7 @@ class Security:
         """
         if settings.token.enabled is None and not settings.token.key_sources:
             raise ConfigError(TOKEN_NOT_CONFIGURED)
-        check_tls(settings.service)
+        check_tls(settings)
         if settings.policy.active and settings.policy.cache_backend == "cache_store" and not settings.cache_store.url:
             raise ConfigError(
                 'policy.cache_backend = "cache_store" shares decisions through the cache store, but cache_store.url '
@@ -161,6 +174,7 @@ class Security:
             revocations=revocations,
             auditor=auditor,
             token_auth=token_auth,
+            credentials=CredentialsGuard(settings.tls, token=token_auth) if settings.tls.mtls else None,
             policy=policy,
             rate_limiting=rate_limiting,
         )
@@ -190,6 +204,8 @@ class Security:
             grpc=_grpc(settings),
             grpc_services=grpc_services,
             tls=settings.service.tls_cert_path is not None,
+            tls_settings=tls_posture(settings),
+            tls_line=tls_posture_line(settings),
             custom_layers={slot: count for slot, count in (custom_layers or {}).items() if count},
             resilience=tuple(
                 ResiliencePosture(
@@ -271,6 +287,9 @@ class Posture:
     """``public``: each version's docs and OpenAPI document need no token or policy; ``token``: like any route."""
     grpc_services: int = 0
     tls: bool = False
+    tls_settings: dict[str, Any] | None = None
+    """With TLS: client certificates, CRL, identity order, credentials per path, reload interval (``bastion._tls``)."""
+    tls_line: str = "tls: off"
     custom_layers: dict[str, int] = field(default_factory=dict)
     resilience: tuple[ResiliencePosture, ...] = ()
     not_applied: list[tuple[str, str]] = field(default_factory=list)
@@ -288,6 +307,8 @@ class Posture:
             "api_docs": self.api_docs,
             "tls": self.tls,
         }
+        if self.tls_settings is not None:
+            fields["mtls"] = self.tls_settings
         if self.custom_layers:
             fields["custom_layers"] = self.custom_layers
         if self.resilience:
@@ -316,7 +337,7 @@ class Posture:
                 if self.api_docs == "public"
                 else "behind token auth and policy"
             ),
-            f"tls: {'on' if self.tls else 'off'}",
+            self.tls_line,
         ]
         lines.extend(layer.line() for layer in self.resilience)
         if self.custom_layers:

@@ -9,7 +9,9 @@
     ├── TokenError                    401 UNAUTHORIZED
     │   ├── InvalidToken              401 INVALID_TOKEN
     │   ├── TokenExpired              401 TOKEN_EXPIRED
-    │   └── TokenRevoked              401 TOKEN_REVOKED
+    │   ├── TokenRevoked              401 TOKEN_REVOKED
+    │   ├── ClientCertificateRequired 401 CLIENT_CERTIFICATE_REQUIRED (a path that accepts mtls, none sent)
+    │   └── ClientCertificateMismatch 401 CLIENT_CERTIFICATE_MISMATCH (mtls_and_bearer: client_id differs)
     ├── PolicyDenied                  403 FORBIDDEN
     ├── NotFound                      404 NOT_FOUND
     ├── MethodNotAllowed              405 METHOD_NOT_ALLOWED
@@ -56,6 +58,8 @@ __all__ = [
     "BulkheadFull",
     "CacheStoreError",
     "CircuitOpen",
+    "ClientCertificateMismatch",
+    "ClientCertificateRequired",
     "ConfigError",
     "GatewayTimeout",
     "HeadersTooLarge",
@@ -140,6 +144,18 @@ class TokenRevoked(TokenError):
     """The token's ``jti`` is on the revocation list."""
 
     code, message = "TOKEN_REVOKED", "Token has been revoked"
+
+
+class ClientCertificateRequired(TokenError):
+    """The path accepts a client certificate (``tls.path_credentials``) and the connection presented none."""
+
+    code, message = "CLIENT_CERTIFICATE_REQUIRED", "A client certificate is required"
+
+
+class ClientCertificateMismatch(TokenError):
+    """``mtls_and_bearer``: the token's ``client_id`` is not the client certificate's identity."""
+
+    code, message = "CLIENT_CERTIFICATE_MISMATCH", "The token's client_id does not match the client certificate"
 
 
 class PolicyDenied(BastionError):

@@ -17,6 +17,7 @@ __all__ = [
     "RESPONSE_START",
     "SCOPE_API_VERSION",
     "SCOPE_CLAIMS",
+    "SCOPE_CLIENT_CERTIFICATE",
     "SCOPE_DEFERRED_REVOCATION",
     "SCOPE_GRPC_RESOURCE",
     "SCOPE_REQUEST_ID",
@@ -46,6 +47,9 @@ SCOPE_GRPC_RESOURCE = "bastion.grpc_resource"
 """Mapping: a gRPC call's resource attributes, from its method's resource extractor (policy reads them)."""
 SCOPE_CLAIMS = "bastion.claims"
 """bastion.Claims: the verified token claims (token auth)."""
+SCOPE_CLIENT_CERTIFICATE = "bastion.client_certificate"
+"""bastion._tls.ClientCertificate | None: the verified client certificate of the connection (mutual TLS; the
+HTTP/1.1 protocol and the gRPC guard write it once per request or call, when ``tls.client_auth`` is on)."""
 SCOPE_DEFERRED_REVOCATION = "bastion.deferred_revocation"
 """_cache_store.DeferredRevocation: the revocation check token auth left to the distributed limiter, which makes
 it in the same round trip as the charge (taken out of the scope by the rate-limit step)."""

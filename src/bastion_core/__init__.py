@@ -26,6 +26,15 @@ from bastion_core._redact import MASK, mask_url
 
 if TYPE_CHECKING:
     from bastion_core._resilient_transport import ResilientTransport
+    from bastion_core._tls import (
+        CertificateFiles,
+        CertificateSetError,
+        ReloadingClientContext,
+        ReloadingServerContext,
+    )
+
+_TLS = frozenset({"CertificateFiles", "CertificateSetError", "ReloadingClientContext", "ReloadingServerContext"})
+"""TLS credentials from files that rotate (``_tls``): loaded when first named (they bring ``cryptography``)."""
 
 __all__ = [
     "MASK",
@@ -38,11 +47,15 @@ __all__ = [
     "BulkheadFullError",
     "BulkheadSnapshot",
     "Call",
+    "CertificateFiles",
+    "CertificateSetError",
     "CircuitBreaker",
     "CircuitOpenError",
     "Clock",
     "ConfigError",
     "Guard",
+    "ReloadingClientContext",
+    "ReloadingServerContext",
     "ResilientTransport",
     "Ticket",
     "backoff_delay",
@@ -61,4 +74,8 @@ def __getattr__(name: str) -> object:
         from bastion_core._resilient_transport import ResilientTransport
 
         return ResilientTransport
+    if name in _TLS:
+        from bastion_core import _tls
+
+        return getattr(_tls, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

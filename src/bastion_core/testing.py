@@ -1,10 +1,24 @@
-"""Test helpers both programs' tests (and their users' tests) share: a clock moved by hand, a free port."""
+"""Test helpers both programs' tests (and their users' tests) share: a clock moved by hand, a free port, a small
+certificate authority (``DevCA``: mutual TLS and rotation tests, ``bastion dev-ca``)."""
 
 from __future__ import annotations
 
 import socket
+from typing import TYPE_CHECKING
 
-__all__ = ["FakeClock", "free_port"]
+if TYPE_CHECKING:
+    from bastion_core._dev_ca import DevCA, Issued
+
+__all__ = ["DevCA", "FakeClock", "Issued", "free_port"]
+
+
+def __getattr__(name: str) -> object:
+    """DevCA and Issued on first use: they bring ``cryptography``."""
+    if name in ("DevCA", "Issued"):
+        from bastion_core import _dev_ca
+
+        return getattr(_dev_ca, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class FakeClock:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from uvicorn.config import Config
 
 from bastion._connections import ConnectionSlots
-from bastion.config import ServiceSettings
+from bastion._tls import port_alpn, server_tls
+from bastion.config import ServiceSettings, Settings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +50,11 @@ class ListenerConfig(Config):
 
     alpn_h2 = False
     limits = DEFAULT_LIMITS
+    tls_settings: Settings | None = None
+    """With TLS on: the settings the port's reloading context is built from (``bastion._tls.server_tls``)."""
+    identity_from: tuple[str, ...] | None = None
+    """With ``tls.client_auth`` on: where a client certificate's identity is read (the protocols put it in the
+    scope)."""
     _slots: ConnectionSlots | None = None
 
     @property
@@ -59,8 +65,18 @@ class ListenerConfig(Config):
 
     def load(self) -> None:
         super().load()
-        if self.ssl is not None:
+        if self.ssl is None:
+            return
+        tls = server_tls(self.tls_settings, alpn=port_alpn(self.tls_settings)) if self.tls_settings else None
+        if tls is not None:
+            # Each handshake is switched to the last good certificate set (rotation without a restart).
+            self.ssl = tls.front
+        else:
             self.ssl.set_alpn_protocols(["h2", "http/1.1"] if self.alpn_h2 else ["http/1.1"])
+
+
+def identity_of(config: Config) -> tuple[str, ...] | None:
+    return config.identity_from if isinstance(config, ListenerConfig) else None
 
 
 def limits_of(config: Config) -> ListenerLimits:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import httptools
 import structlog
@@ -16,12 +16,14 @@ from uvicorn.server import ServerState
 from bastion._compat import uvicorn as uvicorn_compat
 from bastion._connections import UNCOUNTED, Slot
 from bastion._listener._answers import HEADERS_TOO_LARGE_RESPONSE, answer_and_close, raw_response
-from bastion._listener._config import limits_of
+from bastion._listener._config import identity_of, limits_of
 from bastion._listener._cycle import CoalescingCycle
 from bastion._listener._flow import ReadGate
 from bastion._listener._framing import framing_error
 from bastion._listener._websocket import WebSocketProtocol
+from bastion._tls import ClientCertificate, connection_certificate
 from bastion.errors import BadRequest, BastionError, HeadersTooLarge
+from bastion.types import SCOPE_CLIENT_CERTIFICATE
 
 log = structlog.get_logger("bastion.server")
 
@@ -84,6 +86,8 @@ class BoundedHttpProtocol(_Http11Protocol):
         self.max_headers = limits.max_headers
         self.header_read_timeout = limits.header_read_timeout_secs
         self.max_pipelined = limits.max_pipelined_requests
+        self.identity_from = identity_of(config)
+        self.client_certificate: ClientCertificate | None = None
         self.connected_at = connected_at
         self.slot = slot
         # The header read deadline, or after a refusal the linger; never both.
@@ -112,6 +116,8 @@ class BoundedHttpProtocol(_Http11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if self.identity_from is not None:  # mutual TLS: read once per connection, put in each request's scope
+            self.client_certificate = connection_certificate(transport.get_extra_info("ssl_object"), self.identity_from)
         self.flow = self.gate = ReadGate(transport, self._parse_held_soon)
         started = self.connected_at if self.connected_at is not None else self.loop.time()
         self.timer = self.loop.call_at(started + self.header_read_timeout, self._header_read_timeout)
@@ -268,6 +274,8 @@ class BoundedHttpProtocol(_Http11Protocol):
         self.awaiting_head = False
         self.wire_head_bytes = self.parsed_head_bytes = 0
         idle = self.cycle is None or self.cycle.response_complete
+        if self.identity_from is not None:
+            cast("dict[str, Any]", self.scope)[SCOPE_CLIENT_CERTIFICATE] = self.client_certificate
         super().on_headers_complete()
         cycle = self.cycle
         if idle:

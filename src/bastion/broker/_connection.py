@@ -3,7 +3,9 @@
 ``[broker]``: ``url`` (several comma-separated for a cluster, ``tls://`` for TLS, ``user:password@`` credentials,
 never logged), ``name``, ``max_reconnects`` once connected, ``max_retries`` for the first connection with
 exponential backoff from ``retry_delay_secs``. ``lazy_init`` (default): the app starts at once and connects in the
-background, trying until it succeeds; otherwise start-up waits and fails after the retries.
+background, trying until it succeeds; otherwise start-up waits and fails after the retries. ``tls_ca_path``,
+``tls_cert_path``/``tls_key_path``: the server's CAs and a client certificate for ``tls://`` URLs (NATS with TLS
+client auth), re-read when the files change: each new connection (and reconnection) presents the current pair.
 """
 
 from __future__ import annotations
@@ -26,10 +28,24 @@ from nats.js.errors import ServiceUnavailableError as JetStreamServiceUnavailabl
 from bastion.config import BrokerSettings
 from bastion.errors import BrokerUnavailable, ConfigError
 from bastion_core import mask_url
+from bastion_core._tls import CertificateFiles, CertificateSetError, ReloadingClientContext
 
 log = structlog.get_logger("bastion.broker")
 
 MAX_BACKGROUND_BACKOFF_SECS = 10.0
+
+
+def client_tls(settings: BrokerSettings) -> ReloadingClientContext | None:
+    """The broker's client TLS from ``broker.tls_*_path`` (``None`` when none is set); ConfigError on a bad set."""
+    files = CertificateFiles(
+        cert_path=settings.tls_cert_path, key_path=settings.tls_key_path, ca_path=settings.tls_ca_path
+    )
+    if not files.paths:
+        return None
+    try:
+        return ReloadingClientContext(files, name="broker")
+    except CertificateSetError as exc:
+        raise ConfigError(f"broker.tls_*_path: {exc}") from None
 
 
 class BrokerConnection:
@@ -39,9 +55,19 @@ class BrokerConnection:
     error makes the attempt fail (BrokerUnavailable: retried like a refused connection).
     """
 
-    def __init__(self, settings: BrokerSettings, *, service: str, set_up: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        *,
+        service: str,
+        set_up: Callable[[], Awaitable[None]],
+        reload_interval_secs: float = 10.0,
+    ) -> None:
         if settings.url is None:
             raise ConfigError("the broker needs broker.url (or SERVICE_BROKER_URL)")
+        self.tls = client_tls(settings)
+        self.reload_interval_secs = reload_interval_secs
+        self._tls_watch: asyncio.Task[None] | None = None
         self.settings = settings
         self.service = service
         self._set_up = set_up
@@ -66,6 +92,8 @@ class BrokerConnection:
 
     async def start(self) -> None:
         """Connect now (``lazy_init = false``: raising after the retries) or in the background."""
+        if self.tls is not None and self._tls_watch is None:
+            self._tls_watch = asyncio.create_task(self.tls.watch(self.reload_interval_secs), name="broker-tls-watch")
         if self.settings.lazy_init:
             self._connector = asyncio.create_task(self._connect_until_connected(), name="broker-connect")
             return
@@ -74,6 +102,10 @@ class BrokerConnection:
     async def stop_connecting(self) -> None:
         """From now on the connection is stopping: no further attempt, and disconnections are not reported."""
         self.stopping = True
+        if self._tls_watch is not None:
+            self._tls_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tls_watch
         if self._connector is not None:
             self._connector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -143,7 +175,9 @@ class BrokerConnection:
             "error_cb": self._on_error,
             "drain_timeout": math.ceil(self.settings.drain_timeout_secs),
         }
-        if any(server.startswith("tls://") for server in self._servers):
+        if self.tls is not None:
+            options["tls"] = self.tls.context
+        elif any(server.startswith("tls://") for server in self._servers):
             options["tls"] = ssl.create_default_context()
         nc = Client()
         try:

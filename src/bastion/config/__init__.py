@@ -25,6 +25,7 @@ from bastion.config._sections import (
     Settings,
     TokenSettings,
 )
+from bastion.config._tls import TlsSettings
 
 __all__ = [
     "PATH_KEYS",
@@ -46,6 +47,7 @@ __all__ = [
     "ServiceSettings",
     "Settings",
     "StreamSettings",
+    "TlsSettings",
     "TokenSettings",
     "TracingSettings",
     "load_settings",

@@ -63,6 +63,11 @@ PATH_KEYS: tuple[tuple[str, str], ...] = (
     ("token", "key_path"),
     ("policy", "policy_path"),
     ("policy", "policies_path"),
+    ("tls", "client_ca_path"),
+    ("tls", "crl_path"),
+    ("broker", "tls_cert_path"),
+    ("broker", "tls_key_path"),
+    ("broker", "tls_ca_path"),
 )
 
 

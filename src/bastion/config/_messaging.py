@@ -52,6 +52,18 @@ class BrokerSettings(Section):
     drain_timeout_secs: PositiveDuration = 10.0
     dead_letter_prefix: str = "deadletter"
     streams: dict[str, StreamSettings] = Field(default_factory=dict)
+    tls_ca_path: str | None = None
+    """``tls://`` URLs: the CAs the NATS server's certificate must chain to (default: the system's)."""
+    tls_cert_path: str | None = None
+    """``tls://`` URLs: the client certificate presented to a NATS server with TLS client auth (re-read when it
+    changes: looked at every 10 seconds)."""
+    tls_key_path: str | None = None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> BrokerSettings:
+        if (self.tls_cert_path is None) != (self.tls_key_path is None):
+            raise ValueError("broker.tls_cert_path and broker.tls_key_path must be set together")
+        return self
 
     @field_validator("dead_letter_prefix")
     @classmethod

@@ -16,6 +16,7 @@ from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_vali
 
 from bastion.config._messaging import BrokerSettings
 from bastion.config._observability import AuditSettings, MetricsSettings, TracingSettings
+from bastion.config._tls import TlsSettings
 from bastion.config._values import Bool, Duration, Port, PositiveDuration, PositiveInt, Section, check_path_prefix
 
 log = structlog.get_logger("bastion.config")
@@ -427,10 +428,13 @@ class Settings(Section):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
     grpc: GrpcSettings = Field(default_factory=GrpcSettings)
+    tls: TlsSettings = Field(default_factory=TlsSettings)
     app: AppTable = Field(default_factory=AppTable)
 
     @model_validator(mode="after")
     def _ports_differ(self) -> Settings:
+        if self.tls.mtls and self.service.tls_cert_path is None:
+            raise ValueError("tls.client_auth needs TLS: set service.tls_cert_path and service.tls_key_path")
         port = self.metrics.port
         if port is None or not self.metrics.enabled:
             return self

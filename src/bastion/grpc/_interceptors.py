@@ -28,8 +28,9 @@ from bastion._parts import GrpcExtractor, GrpcFinish, Slot
 from bastion._pipeline import Step
 from bastion._request_ids import new_request_id, sane_request_id
 from bastion._task_deadline import TaskDeadline
+from bastion._tls import client_certificate
 from bastion.errors import BastionError, NotFound, TokenError
-from bastion.types import SCOPE_GRPC_RESOURCE, SCOPE_REQUEST_ID, Scope
+from bastion.types import SCOPE_CLIENT_CERTIFICATE, SCOPE_GRPC_RESOURCE, SCOPE_REQUEST_ID, Scope
 from bastion_core import running_loop
 from bastion_core._logging import exception_text
 
@@ -137,8 +138,11 @@ class GrpcGuard:
         metrics: Metrics = NO_METRICS,
         tracer: tracing.Tracer | None = None,
         exception_handlers: ExceptionHandlers | None = None,
+        identity_from: Sequence[str] | None = None,
     ) -> None:
         self.exception_handlers = exception_handlers or ExceptionHandlers()
+        self.identity_from = identity_from
+        """With ``tls.client_auth`` on: where a client certificate's identity is read (put in each call's scope)."""
         self.metrics = metrics
         self.tracer = tracer
         self.steps = [step for step in steps if step.grpc is not None]
@@ -182,6 +186,8 @@ class GrpcGuard:
             "client": (peer_ip or "unknown", peer[1] if peer else 0),
             SCOPE_REQUEST_ID: request_id,
         }
+        if self.identity_from is not None:
+            scope[SCOPE_CLIENT_CERTIFICATE] = client_certificate(event.peer.cert(), self.identity_from)
         deferred = self.steps[self.defer_from :] if method in self.extractors else ()
         finishes = await self._run(self.steps[: len(self.steps) - len(deferred)], scope, [])
         event.method_func = self._wrap(event.method_func, scope, method, deferred=deferred, finishes=finishes)

@@ -21,6 +21,7 @@ from bastion.grpc._deadlines import CallHandler
 from bastion.grpc._interceptors import GrpcGuard
 from bastion.grpc._limits import DEFAULT_LIMITS, Http2Limits
 from bastion.grpc._protocol import _H2Protocol
+from bastion_core._tls import ReloadingServerContext
 
 READINESS_TTL_SECS = 1.0
 log = structlog.get_logger("bastion.grpc")
@@ -69,10 +70,12 @@ class GrpcServer:
         *,
         preface_timeout_secs: float = SNIFF_TIMEOUT_SECS,
         slots: ConnectionSlots,
+        tls: ReloadingServerContext | None = None,
     ) -> None:
         """Listen on a port of its own (HTTP/2 only, checked like the main port's sniffer does; a client that
         has not sent its preface and first frame ``preface_timeout_secs`` after the accept is closed).
-        ``slots`` caps the port's connections (``service.max_connections``, ``service.max_connections_per_ip``)."""
+        ``slots`` caps the port's connections (``service.max_connections``, ``service.max_connections_per_ip``);
+        ``tls``: TLS on the port (ALPN ``h2``; the main port's certificate and client-certificate settings)."""
         from bastion._listener import Http2OnlyProtocol
 
         loop = asyncio.get_running_loop()
@@ -81,6 +84,7 @@ class GrpcServer:
             lambda: Http2OnlyProtocol(self.protocol_factory, slots=slots, timeout_secs=timeout),
             host,
             port,
+            ssl=tls.front if tls is not None else None,
         )
         log.info("grpc_listening", host=host, port=port)
 

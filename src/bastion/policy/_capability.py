@@ -18,6 +18,7 @@ from bastion._claims import Claims
 from bastion._client_ip import client_ip
 from bastion._guard import Exemptions
 from bastion._metrics import NO_METRICS, Metrics
+from bastion._tls import ClientCertificate
 from bastion.config import PolicySettings
 from bastion.errors import ConfigError, NotFound, PolicyDenied, PolicyError
 from bastion.policy._cache import DecisionCache, SharedDecisionCache, decision_key
@@ -26,6 +27,7 @@ from bastion.policy._normalize import Normalizer, default_normalizer
 from bastion.routing._resolve import ResolvedRoute
 from bastion.types import (
     SCOPE_CLAIMS,
+    SCOPE_CLIENT_CERTIFICATE,
     SCOPE_GRPC_RESOURCE,
     SCOPE_REQUEST_ID,
     SCOPE_ROUTE,
@@ -33,6 +35,8 @@ from bastion.types import (
 )
 
 PRINCIPAL_TYPE = "User"
+SERVICE_TYPE = "Service"
+"""A caller admitted by its client certificate (mutual TLS) without a token."""
 RESOURCE_TYPE = "Resource"
 ANONYMOUS = "anonymous"
 ANONYMOUS_TYPE = "Anonymous"
@@ -51,6 +55,13 @@ ResourceExtractor = Callable[[Scope, dict[str, Any]], Mapping[str, Any] | Awaita
 NotFound) when the resource does not exist: a 404 before the policy is asked."""
 
 log = structlog.get_logger("bastion.policy")
+
+
+def service_principal(certificate: ClientCertificate) -> tuple[str, str, dict[str, Any]]:
+    """``Service::"<identity>"`` with the certificate's attributes (``identity``, ``sans``, ``issuer``, ``serial``,
+    ``not_after``, ``common_name``) and empty ``roles``/``perms``. The identity is the entity id as is (a JSON
+    string to Cedar, never parsed as policy text)."""
+    return SERVICE_TYPE, certificate.identity, {"roles": [], "perms": [], **certificate.attributes()}
 
 
 def principal_of(claims: Claims) -> tuple[str, str, dict[str, Any]]:
@@ -212,8 +223,10 @@ class PolicyGuard:
             path, version, params, template = self.route_of(scope)
             action = f"{method} {path}"
             attributes = await self.resource_of(scope, action, template, params)
+        certificate = scope.get(SCOPE_CLIENT_CERTIFICATE) if claims is None else None
         decision = await self.decide_request(
             claims=claims,
+            certificate=certificate if isinstance(certificate, ClientCertificate) else None,
             action=action,
             resource=(RESOURCE_TYPE, scope["path"], attributes),
             context=self.context_of(scope, claims, method=method, path=path, version=version),
@@ -227,17 +240,19 @@ class PolicyGuard:
         action: str,
         resource: tuple[str, str, dict[str, Any]],
         context: dict[str, Any],
+        certificate: ClientCertificate | None = None,
     ) -> Decision:
         """Decide one request, through the decision cache (HTTP and gRPC share this).
 
-        ``claims`` ``None`` is the anonymous principal (:data:`ANONYMOUS_PRINCIPAL`).
+        ``claims`` ``None`` is ``Service::"<identity>"`` with a client ``certificate``, else the anonymous principal
+        (:data:`ANONYMOUS_PRINCIPAL`).
         """
         policies = self.engine.current
         referenced = policies.context_attributes
         keyed_context = context if referenced is None else {k: v for k, v in context.items() if k in referenced}
         # The principal's attributes all come from these claims (tuples already), so they key it directly.
-        principal_key = (
-            None
+        principal_key: object = (
+            (None if certificate is None else certificate)
             if claims is None
             else (claims.sub, claims.roles, claims.perms, claims.username, claims.email, claims.client_id)
         )
@@ -248,7 +263,10 @@ class PolicyGuard:
         if cached is not None:
             return cached
         self.evaluations += 1
-        principal = ANONYMOUS_PRINCIPAL if claims is None else principal_of(claims)
+        if claims is not None:
+            principal = principal_of(claims)
+        else:
+            principal = ANONYMOUS_PRINCIPAL if certificate is None else service_principal(certificate)
         decision = evaluate(policies, principal=principal, action=action, resource=resource, context=context)
         if self.shared is None:
             self.cache.put(key, decision)

@@ -17,7 +17,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from bastion._health import ALWAYS_PUBLIC
 from bastion.errors import ConfigError
-from bastion.policy._capability import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE
+from bastion.policy._capability import ANONYMOUS_TYPE, PRINCIPAL_TYPE, RESOURCE_TYPE, SERVICE_TYPE
 from bastion.policy._normalize import Normalizer
 from bastion.routing._fallback import Dispatcher, empty_not_found
 from bastion.routing._resolve import DOCS_ASSET_ROUTE, RouteEntry, RouteTable
@@ -39,6 +39,17 @@ USER_ATTRIBUTES: Mapping[str, tuple[dict[str, Any], bool]] = {
 """``(type, required)`` as ``principal_of`` builds them: ``roles``/``perms`` always, the other claims only when
 the token has them."""
 ANONYMOUS_ATTRIBUTES: Mapping[str, tuple[dict[str, Any], bool]] = {"roles": (_STRINGS, True), "perms": (_STRINGS, True)}
+SERVICE_ATTRIBUTES: Mapping[str, tuple[dict[str, Any], bool]] = {
+    "identity": ({"type": "String"}, True),
+    "sans": (_STRINGS, True),
+    "issuer": ({"type": "String"}, True),
+    "serial": ({"type": "String"}, True),
+    "not_after": ({"type": "Long"}, True),
+    "common_name": ({"type": "String"}, False),
+    "roles": (_STRINGS, True),
+    "perms": (_STRINGS, True),
+}
+"""``service_principal``'s attributes: a caller admitted by its client certificate (``tls.client_auth`` on)."""
 CONTEXT_ATTRIBUTES: Mapping[str, dict[str, Any]] = {
     "ip_address": {"type": "String"},
     "timestamp": {"type": "Long"},
@@ -86,6 +97,8 @@ class PolicySchema:
 
     actions: tuple[ActionShape, ...]
     open_actions: bool = False
+    service_principals: bool = False
+    """``tls.client_auth`` is on: ``Service`` principals (client certificates) are in the schema too."""
 
     def document(self) -> dict[str, Any]:
         """The Cedar JSON schema (``bastion policy schema``): one ``Resource`` type with every attribute any
@@ -95,29 +108,36 @@ class PolicySchema:
         union = {name: kind for action in self.actions for name, kind in action.attributes.items()}
         resource = {name: (kind, (name, kind) in every) for name, kind in sorted(union.items())}
         names = [action.name for action in self.actions]
-        return cedar_schema(resource=resource, applicable=names, declared=names)
+        return cedar_schema(resource=resource, applicable=names, declared=names, services=self.service_principals)
 
 
 def cedar_schema(
-    *, resource: Mapping[str, tuple[str, bool]], applicable: Iterable[str], declared: Iterable[str]
+    *,
+    resource: Mapping[str, tuple[str, bool]],
+    applicable: Iterable[str],
+    declared: Iterable[str],
+    services: bool = False,
 ) -> dict[str, Any]:
     """A Cedar JSON schema: ``User`` and ``Anonymous``, ``Resource`` with ``resource``'s attributes (name ->
     (type, required)), the ``Context`` type, and the ``declared`` actions, of which ``applicable`` apply to
-    ``User | Anonymous`` on ``Resource`` (the others to nothing)."""
+    ``User | Anonymous`` (and ``Service`` with ``services``) on ``Resource`` (the others to nothing)."""
     applies = set(applicable)
-    target = {"principalTypes": [PRINCIPAL_TYPE, ANONYMOUS_TYPE], "resourceTypes": [RESOURCE_TYPE]}
+    principals = [PRINCIPAL_TYPE, ANONYMOUS_TYPE, *([SERVICE_TYPE] if services else [])]
+    target = {"principalTypes": principals, "resourceTypes": [RESOURCE_TYPE]}
     actions = {
         name: {"appliesTo": {**target, "context": {"type": "Context"}}} if name in applies else {} for name in declared
     }
     resource_attributes = {name: ({"type": kind}, required) for name, (kind, required) in resource.items()}
+    entities = {
+        PRINCIPAL_TYPE: {"shape": _record(USER_ATTRIBUTES)},
+        ANONYMOUS_TYPE: {"shape": _record(ANONYMOUS_ATTRIBUTES)},
+        **({SERVICE_TYPE: {"shape": _record(SERVICE_ATTRIBUTES)}} if services else {}),
+        RESOURCE_TYPE: {"shape": _record(resource_attributes)},
+    }
     return {
         "": {
             "commonTypes": {"Context": _record({name: (kind, True) for name, kind in CONTEXT_ATTRIBUTES.items()})},
-            "entityTypes": {
-                PRINCIPAL_TYPE: {"shape": _record(USER_ATTRIBUTES)},
-                ANONYMOUS_TYPE: {"shape": _record(ANONYMOUS_ATTRIBUTES)},
-                RESOURCE_TYPE: {"shape": _record(resource_attributes)},
-            },
+            "entityTypes": entities,
             "actions": actions,
         }
     }
@@ -146,6 +166,7 @@ def service_schema(
     extractors: Iterable[str],
     declared: Mapping[str, Mapping[str, str]],
     grpc_services: Iterable[Any] = (),
+    service_principals: bool = False,
 ) -> PolicySchema:
     """The schema of the actions a built app decides, in the dispatcher's order.
 
@@ -196,4 +217,6 @@ def service_schema(
     for key in keys:
         if " " in key:  # an action: its extractor is for a path no route has (one the fallback serves)
             add(key, {})
-    return PolicySchema(actions=tuple(shapes.values()), open_actions=open_actions)
+    return PolicySchema(
+        actions=tuple(shapes.values()), open_actions=open_actions, service_principals=service_principals
+    )

@@ -85,7 +85,9 @@ def validate(schema: PolicySchema, policies: LoadedPolicies) -> tuple[list[str],
             for policy_id, scope in scopes.items()
             if scope is None or scope & names or (position == 0 and not scope & everything)
         ]
-        for policy_id, message in _group_errors(policies.document, texts, shape, applicable, declared, subset):
+        for policy_id, message in _group_errors(
+            policies.document, texts, shape, applicable, declared, subset, services=schema.service_principals
+        ):
             found.setdefault(policy_id, set()).add(message)
     order = list(scopes)
     errors: list[str] = []
@@ -114,6 +116,8 @@ def _group_errors(
     applicable: list[str],
     declared: list[str],
     subset: list[str],
+    *,
+    services: bool = False,
 ) -> Iterable[tuple[str, str]]:
     """``(policy id, message)`` for each error Cedar finds in the ``subset`` of policies (ids to their ``texts``)
     for one group of actions: ``applicable`` of all ``declared``, on resources of ``shape``."""
@@ -121,7 +125,10 @@ def _group_errors(
         return
     attributes, open_resource = shape
     schema = cedar_schema(
-        resource={name: (kind, True) for name, kind in sorted(attributes)}, applicable=applicable, declared=declared
+        resource={name: (kind, True) for name, kind in sorted(attributes)},
+        applicable=applicable,
+        declared=declared,
+        services=services,
     )
     result = cedarpy.validate_policies("\n".join(texts[policy_id] for policy_id in subset), json.dumps(schema))
     # What an undeclared extractor may add: whatever these policies read on the resource that the shape lacks.
