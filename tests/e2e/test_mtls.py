@@ -4,6 +4,9 @@ every bad certificate refused at the handshake (httpx with a client certificate,
 from __future__ import annotations
 
 import datetime
+import os
+import signal
+import socket
 import ssl
 import subprocess
 import time
@@ -16,10 +19,10 @@ import httpx
 import pytest
 
 from bastion.testing import TokenMinter
-from bastion_core.testing import DevCA
+from bastion_core.testing import DevCA, Issued
 from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
 from examples.documents_api.proto.documents.v1 import documents_pb2_grpc as pb_grpc
-from tests.conftest import REPO, BastionProcess
+from tests.conftest import REPO, BastionProcess, metric_samples
 
 BILLING = "spiffe://example.test/billing"
 REPORTING = "spiffe://example.test/reporting"
@@ -48,14 +51,26 @@ class Pki:
             context.load_cert_chain(self.directory / f"{name}.pem", self.directory / f"{name}-key.pem")
         return context
 
+    def server(self, common_name: str) -> Issued:
+        return self.ca.issue(common_name, dns=("localhost",), ips=("127.0.0.1",), server=True, client=False)
+
+    def rotate(self, name: str, version: str, issued: Issued) -> None:
+        """Point ``<name>-tls`` at a new directory holding ``issued`` (one atomic rename, as Kubernetes swaps a
+        mounted secret)."""
+        issued.write(self.directory / f"{name}-{version}", "server")
+        link = self.directory / f"{name}-tls.new"
+        link.symlink_to(f"{name}-{version}")
+        os.replace(link, self.directory / f"{name}-tls")
+
     def config(self, name: str, tls: str, *, extra: str = "") -> Path:
+        self.rotate(name, "v1", self.server(f"{name}-v1"))
         path = self.directory / f"{name}.toml"
         path.write_text(
             f"""
 [service]
 name = "{name}"
-tls_cert_path = "server.pem"
-tls_key_path = "server-key.pem"
+tls_cert_path = "{name}-tls/server.pem"
+tls_key_path = "{name}-tls/server-key.pem"
 
 [token]
 public_key_path = "public.pem"
@@ -75,7 +90,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     directory = tmp_path_factory.mktemp("pki")
     ca = DevCA()
     ca.write(directory)
-    ca.issue("server", dns=("localhost",), ips=("127.0.0.1",), server=True, client=False).write(directory, "server")
     ca.issue("billing", spiffe=BILLING).write(directory, "billing")
     ca.issue("reporting", spiffe=REPORTING, dns=("reporting.example.test",)).write(directory, "reporting")
     ca.issue("expired", spiffe=BILLING, valid_from=NOW - datetime.timedelta(days=3), valid_days=1).write(
@@ -112,7 +126,7 @@ def optional(module_bastion_process: Callable[..., BastionProcess], pki: Pki) ->
     """``client_auth = "optional"``: one port for callers with and without a certificate."""
     config = pki.config(
         "optional",
-        'client_auth = "optional"',
+        'client_auth = "optional"\nreload_interval_secs = 0.1',
         extra="""
 [tls.path_credentials]
 "/api/v1/invoices" = "mtls"
@@ -132,7 +146,7 @@ def required(module_bastion_process: Callable[..., BastionProcess], pki: Pki) ->
     certificate and a token whose ``client_id`` is the certificate's identity."""
     config = pki.config(
         "required",
-        'client_auth = "required"',
+        'client_auth = "required"\nreload_interval_secs = 3600',
         extra=f"""
 [tls.path_credentials]
 "/documents.v1.DocumentService/*" = "mtls_and_bearer"
@@ -287,3 +301,59 @@ def test_grpc_channel_without_certificate_fails_the_handshake(
     with pytest.raises(grpc.RpcError) as caught:
         list_documents(grpc_channel(None), token)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def served_name(process: BastionProcess, pki: Pki) -> str:
+    """The CN of the certificate a new handshake gets."""
+    with (
+        socket.create_connection(("127.0.0.1", process.port), timeout=5) as raw,
+        pki.context("billing").wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        peer = tls.getpeercert()
+    return next(value for rdn in peer["subject"] for key, value in rdn if key == "commonName")
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+class TestRotation:
+    def test_new_files_serve_new_handshakes_while_open_connections_finish(
+        self, optional: BastionProcess, pki: Pki
+    ) -> None:
+        url = f"https://127.0.0.1:{optional.port}/api/v1/reports"
+        with httpx.Client(verify=pki.context("billing"), timeout=5) as kept:
+            assert kept.get(url).status_code == 200
+            pki.rotate("optional", "v2", pki.server("optional-v2"))
+            wait_for(lambda: served_name(optional, pki) == "optional-v2")
+            assert kept.get(url).status_code == 200  # the connection opened before the swap still serves
+        assert "tls_reloaded" in optional.output()
+
+    def test_a_broken_rotation_keeps_the_previous_set(self, optional: BastionProcess, pki: Pki) -> None:
+        good = served_name(optional, pki)
+        cert = pki.server("optional-bad")
+        pki.rotate("optional", "bad", Issued(cert.cert_pem, pki.ca.issue("x", server=True).key_pem, cert.serial))
+        wait_for(lambda: "does not match its certificate" in optional.output())
+        assert served_name(optional, pki) == good
+        assert call(optional, pki.context("billing"), "/api/v1/reports").status_code == 200
+        failed = [line for line in optional.output().splitlines() if "tls_reload_failed" in line]
+        assert len(failed) == 1 and "kept" in failed[0]
+        pki.rotate("optional", "v3", pki.server("optional-v3"))
+        wait_for(lambda: served_name(optional, pki) == "optional-v3")
+
+    def test_expiry_and_reloads_are_metrics(self, optional: BastionProcess, pki: Pki) -> None:
+        text = call(optional, pki.context(), "/metrics").text
+        samples = metric_samples(text)
+        assert 29 * 86400 < samples[("bastion_tls_certificate_expiry_seconds", (("port", "main"),))] <= 30 * 86400
+        assert samples[("bastion_tls_reloads_total", (("outcome", "failure"), ("port", "main")))] >= 1
+
+    def test_sighup_reloads_at_once(self, required: BastionProcess, pki: Pki) -> None:
+        """``reload_interval_secs = 3600`` here: only the signal can explain the new certificate."""
+        pki.rotate("required", "v2", pki.server("required-v2"))
+        assert served_name(required, pki) == "required-v1"
+        required.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: served_name(required, pki) == "required-v2")
+        assert call(required, pki.context("billing"), "/health").status_code == 200
