@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from bastion_core import CircuitBreaker, ConfigError, Guard
+from bastion_core._tls import ReloadingServerContext
 from mailrelay import _extras as extras
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
 from mailrelay._attachments import AttachmentSink, InlineSink
@@ -64,10 +65,19 @@ class RelayParts:
     metrics_server: MetricsServer | None
 
 
-async def serve(settings: Settings, tls_context: ssl.SSLContext | None, dmarc: DmarcChecker | None = None) -> None:
+async def serve(
+    settings: Settings,
+    tls_context: ssl.SSLContext | None,
+    dmarc: DmarcChecker | None = None,
+    *,
+    tls_reload: ReloadingServerContext | None = None,
+) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully (see SmtpServer.shutdown). In queue mode the stream
-    is set up before anything listens (QueueUnavailable when it cannot be)."""
+    is set up before anything listens (QueueUnavailable when it cannot be). ``tls_reload``: the configured
+    STARTTLS pair, re-read every ``tls_reload_interval`` when its files change and at once on SIGHUP."""
     async with contextlib.AsyncExitStack() as stack:
+        if tls_reload is not None:
+            watch_tls(tls_reload, settings.tls_reload_interval, stack)
         parts = await build(settings, tls_context, dmarc, stack)
         await run(parts, stack)
     log.info("mailrelay_stopped")
@@ -133,6 +143,21 @@ async def run(parts: RelayParts, stack: contextlib.AsyncExitStack) -> None:
     log_started(parts)
     await signalled()
     log.info("mailrelay_stopping", grace=grace)
+
+
+def watch_tls(tls: ReloadingServerContext, interval: float, stack: contextlib.AsyncExitStack) -> None:
+    """Poll the STARTTLS files and answer SIGHUP until the stack closes."""
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(tls.watch(interval), name="starttls-reload")
+    loop.add_signal_handler(signal.SIGHUP, lambda: tls.reload(reason="sighup"))
+
+    async def stop() -> None:
+        loop.remove_signal_handler(signal.SIGHUP)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    stack.push_async_callback(stop)
 
 
 async def listen(start: Awaitable[None], variables: str, host: str, port: int) -> None:

@@ -1,4 +1,4 @@
-"""TLS for STARTTLS: load the configured PEM pair, or generate a self-signed one at start-up."""
+"""TLS for STARTTLS: load the configured PEM pair (re-read when it changes), or generate a self-signed one."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from bastion_core import ConfigError
+from bastion_core._tls import CertificateFiles, CertificateSetError, ReloadingServerContext
 
 SELF_SIGNED_VALIDITY_DAYS = 365
 
@@ -51,21 +52,25 @@ def generate_self_signed(common_name: str = "MailRelay", *, hosts: tuple[str, ..
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
-def server_context(cert: Path | None, key: Path | None) -> tuple[ssl.SSLContext, bool]:
-    """The STARTTLS server context and whether its certificate was generated here.
+def server_context(cert: Path | None, key: Path | None) -> tuple[ssl.SSLContext, ReloadingServerContext | None]:
+    """The STARTTLS server context and, for a configured pair, what re-reads it (``None``: generated here).
 
-    Raises ConfigError naming MAIL_RELAY_TLS_CERT when the PEM pair cannot be loaded.
+    A configured pair is checked (key matches, valid now, chain complete) and re-read when its files change
+    (``reload()``, ``watch()``): each new STARTTLS handshake gets the last good pair. Raises ConfigError naming
+    MAIL_RELAY_TLS_CERT when the pair cannot be used.
     """
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert is not None and key is not None:
         try:
-            context.load_cert_chain(cert, key)
-        except (ssl.SSLError, OSError) as exc:
+            reloading = ReloadingServerContext(
+                CertificateFiles(cert_path=str(cert), key_path=str(key)), name="starttls"
+            )
+        except CertificateSetError as exc:
             raise ConfigError.invalid(
                 "MAIL_RELAY_TLS_CERT", str(cert), f"a PEM certificate matching MAIL_RELAY_TLS_KEY ({exc})"
             ) from None
-        return context, False
+        return reloading.front, reloading
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
     cert_pem, key_pem = generate_self_signed()
     # load_cert_chain reads files only; the pair lives on disk for a moment, readable by us alone
     with tempfile.TemporaryDirectory(prefix="mailrelay-tls-") as tmp:
@@ -75,4 +80,4 @@ def server_context(cert: Path | None, key: Path | None) -> tuple[ssl.SSLContext,
         with os.fdopen(fd, "wb") as handle:
             handle.write(key_pem)
         context.load_cert_chain(cert_path, key_path)
-    return context, True
+    return context, None

@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         unknown = unknown_variables(read_environment())
         if not settings.ignore_unknown_variables:
             refuse_unknown_variables(unknown)
-        tls_context, generated = server_context(settings.tls_cert, settings.tls_key)
+        tls_context, reloading = server_context(settings.tls_cert, settings.tls_key)
         extras.check(settings)  # a configured feature without its extra: one line
         dmarc = dmarc_checker(settings)
         smtp_compat.check()  # the SMTP session limits rely on aiosmtpd internals
@@ -92,13 +92,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level, settings.log_format, quiet=QUIET_LOGGERS)
     for name in unknown:
         log.warning(UNKNOWN_VARIABLE_EVENT, variable=name)
-    if generated:
+    if reloading is None:
         log.warning(
             "self_signed_certificate_generated",
             hint="set MAIL_RELAY_TLS_CERT and MAIL_RELAY_TLS_KEY to serve a trusted certificate",
         )
     try:
-        asyncio.run(serve(settings, tls_context, dmarc))
+        asyncio.run(serve(settings, tls_context, dmarc, tls_reload=reloading))
     except ListenFailed as exc:
         log.error("listen_failed", variables=exc.variables, address=exc.address, error=exc.reason)
         return EXIT_LISTEN

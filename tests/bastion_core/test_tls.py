@@ -66,7 +66,7 @@ class TestRefusedSets:
     def test_chain_with_a_certificate_of_another_issuer(self, tmp_path: Path, ca: DevCA) -> None:
         leaf = ca.issue("server", server=True)
         broken = Issued(leaf.cert_pem + DevCA("unrelated").cert_pem, leaf.key_pem, leaf.serial)
-        with pytest.raises(CertificateSetError, match="chain .* is incomplete"):
+        with pytest.raises(CertificateSetError, match=r"chain .* is incomplete"):
             load_server_context(server_files(tmp_path, ca, broken))
 
     def test_crl_of_another_ca(self, tmp_path: Path, ca: DevCA) -> None:

@@ -23,8 +23,8 @@ def test_generated_certificate_is_self_signed_for_localhost() -> None:
 
 
 def test_context_without_files_generates_one() -> None:
-    context, generated = server_context(None, None)
-    assert generated
+    context, reloading = server_context(None, None)
+    assert reloading is None
     assert context.minimum_version is ssl.TLSVersion.TLSv1_2
 
 
@@ -32,8 +32,8 @@ def test_context_from_files(tmp_path: Path) -> None:
     cert_pem, key_pem = generate_self_signed()
     (tmp_path / "c.pem").write_bytes(cert_pem)
     (tmp_path / "k.pem").write_bytes(key_pem)
-    _, generated = server_context(tmp_path / "c.pem", tmp_path / "k.pem")
-    assert not generated
+    context, reloading = server_context(tmp_path / "c.pem", tmp_path / "k.pem")
+    assert reloading is not None and reloading.front is context
 
 
 def test_mismatched_files_name_the_variable(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ DESCRIPTIONS = {
     "webhook_url": "where payloads are POSTed (https://, or http:// to a loopback host)",
     "tls_cert": "PEM certificate chain for STARTTLS (with TLS_KEY; unset: a self-signed one)",
     "tls_key": "PEM private key for STARTTLS (with TLS_CERT)",
+    "tls_reload_interval": "seconds between looks at TLS_CERT/TLS_KEY for a renewed pair (SIGHUP: at once)",
     "webhook_allow_insecure": "true: plain http:// to any host",
     "bind_address": "SMTP listen address",
     "port": "SMTP port",

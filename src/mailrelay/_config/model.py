@@ -93,6 +93,7 @@ DEFAULT_MAX_SESSIONS = 100
 DEFAULT_MAX_UNKNOWN_RCPTS = 3
 DEFAULT_IDLE_TIMEOUT_SECS = 300.0  # RFC 5321 4.5.3.2.7: server timeout of 5 minutes
 DEFAULT_SHUTDOWN_GRACE_SECS = 30.0
+DEFAULT_TLS_RELOAD_INTERVAL_SECS = 10.0
 DEFAULT_DNS_TIMEOUT_SECS = 5.0  # per DNS query; RFC 7208 4.6.4 suggests 20 s for a whole SPF check
 DEFAULT_S3_TIMEOUT_SECS = 30.0
 DEFAULT_QUEUE_STREAM = "MAILRELAY"
@@ -124,6 +125,7 @@ class Settings(BaseSettings):
 
     tls_cert: PemPath = None
     tls_key: PemPath = Field(default=None, validate_default=True)
+    tls_reload_interval: PositiveSeconds = DEFAULT_TLS_RELOAD_INTERVAL_SECS
     webhook_allow_insecure: Annotated[bool, env(parse_boolean)] = False
     target_emails: Annotated[frozenset[str], env(parse_email_list, required=True)]
     webhook_url: str

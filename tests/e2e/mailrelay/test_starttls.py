@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import ssl
+import time
 from collections.abc import Callable
+from pathlib import Path
 
+from bastion_core.testing import DevCA, Issued
 from mailrelay.testing import WebhookReceiver
 from tests.e2e.mailrelay.support import TARGET, RelayProcess
 
@@ -53,3 +58,66 @@ def test_self_signed_certificate_is_generated_when_none_is_configured(
         "warning",
         "set MAIL_RELAY_TLS_CERT and MAIL_RELAY_TLS_KEY to serve a trusted certificate",
     )
+
+
+def starttls_name(relay: RelayProcess, context: ssl.SSLContext) -> str:
+    """The CN of the certificate a new STARTTLS handshake gets."""
+    with relay.smtp() as smtp:
+        smtp.ehlo()
+        smtp.starttls(context=context)
+        peer = smtp.sock.getpeercert()  # type: ignore[union-attr]
+    return next(value for rdn in peer["subject"] for key, value in rdn if key == "commonName")
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_a_renewed_certificate_is_served_without_a_restart_and_a_broken_one_is_not(
+    start_relay: Callable[..., RelayProcess], receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    ca = DevCA()
+    ca.write(tmp_path)
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+
+    def rotate(version: str, issued: Issued) -> None:
+        issued.write(tmp_path / version, "relay")
+        (tmp_path / "next").symlink_to(version)
+        os.replace(tmp_path / "next", tmp_path / "current")  # one atomic swap of both files
+
+    def relay_cert(name: str) -> Issued:
+        return ca.issue(name, dns=("localhost",), ips=("127.0.0.1",), server=True, client=False)
+
+    rotate("v1", relay_cert("relay-v1"))
+    relay = start_relay(
+        WEBHOOK_URL=receiver.url,
+        TLS_CERT=str(tmp_path / "current/relay.pem"),
+        TLS_KEY=str(tmp_path / "current/relay-key.pem"),
+        TLS_RELOAD_INTERVAL="0.1",
+    )
+    assert starttls_name(relay, context) == "relay-v1"
+    rotate("v2", relay_cert("relay-v2"))
+    eventually(lambda: starttls_name(relay, context) == "relay-v2")
+    broken = relay_cert("relay-broken")
+    rotate("broken", Issued(broken.cert_pem, relay_cert("other").key_pem, broken.serial))
+    eventually(lambda: bool(relay.events("tls_reload_failed")))
+    assert starttls_name(relay, context) == "relay-v2"
+    (failed,) = relay.events("tls_reload_failed")
+    assert (failed["level"], failed["kept"]) == ("error", "previous")
+
+
+def test_sighup_reloads_the_starttls_certificate(
+    start_relay: Callable[..., RelayProcess], receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    ca = DevCA()
+    ca.write(tmp_path)
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    cert, key = ca.issue("relay-v1", ips=("127.0.0.1",), server=True, client=False).write(tmp_path, "relay")
+    relay = start_relay(WEBHOOK_URL=receiver.url, TLS_CERT=str(cert), TLS_KEY=str(key), TLS_RELOAD_INTERVAL="3600")
+    ca.issue("relay-v2", ips=("127.0.0.1",), server=True, client=False).write(tmp_path, "relay")
+    assert starttls_name(relay, context) == "relay-v1"
+    relay.proc.send_signal(signal.SIGHUP)
+    eventually(lambda: starttls_name(relay, context) == "relay-v2")
