@@ -41,6 +41,6 @@ v1 = service.version(1)
 
 @v1.post("/charges", status_code=201)
 async def charge(body: ChargeIn, request: Request) -> dict[str, Any]:
-    client: httpx.AsyncClient = request.state.invoices
+    client: httpx.AsyncClient = request.app.state.invoices
     response = await client.post(f"{os.environ['INVOICES_URL']}/api/v1/invoices", json=body.model_dump())
     return {"invoice_status": response.status_code, "invoice": response.json()}
