@@ -148,15 +148,15 @@ class BastionApp:
     def policy_schema(self) -> PolicySchema:
         """The Cedar schema of what this app decides (routes, operator and frontend routes, gRPC methods),
         against which its policies are validated; ``bastion policy schema`` prints it."""
-        return service_schema(
+        schema = service_schema(
             routes=self.routes,
             dispatcher=self.dispatcher,
             normalizer=self.parts.normalizer or default_normalizer,
             extractors=[*self.parts.extractors, *self.parts.grpc_extractors],
             declared=self.parts.resource_attributes,
             grpc_services=self.parts.grpc_services,
-            service_principals=self.settings.tls.mtls,
         )
+        return dataclasses.replace(schema, service_principals=self.settings.tls.mtls)
 
     def reload_policies(self) -> LoadedPolicies:
         """Re-read ``policy.policy_path`` and swap the set in atomically; a bad file keeps the old set and raises

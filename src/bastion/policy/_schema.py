@@ -166,7 +166,6 @@ def service_schema(
     extractors: Iterable[str],
     declared: Mapping[str, Mapping[str, str]],
     grpc_services: Iterable[Any] = (),
-    service_principals: bool = False,
 ) -> PolicySchema:
     """The schema of the actions a built app decides, in the dispatcher's order.
 
@@ -217,6 +216,4 @@ def service_schema(
     for key in keys:
         if " " in key:  # an action: its extractor is for a path no route has (one the fallback serves)
             add(key, {})
-    return PolicySchema(
-        actions=tuple(shapes.values()), open_actions=open_actions, service_principals=service_principals
-    )
+    return PolicySchema(actions=tuple(shapes.values()), open_actions=open_actions)
