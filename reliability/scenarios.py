@@ -6,7 +6,7 @@ import re
 import subprocess
 
 from bench.processes import REPO
-from reliability import client_errors, faults, floods, fuzz, hostile, listener, load
+from reliability import client_errors, faults, floods, fuzz, hostile, listener, load, tls
 from reliability.figures import Figure, equals
 from reliability.run import Context, ScenarioFunction
 
@@ -52,6 +52,7 @@ SCENARIOS: dict[str, ScenarioFunction] = {
     **floods.SCENARIOS,
     **client_errors.SCENARIOS,
     **faults.SCENARIOS,
+    **tls.SCENARIOS,
     **fuzz.SCENARIOS,
     "fuzz-schemathesis": schemathesis,
 }
