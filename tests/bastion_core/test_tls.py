@@ -120,3 +120,15 @@ class TestReloading:
         assert client.reload() is not None
         assert client.context is live  # httpx and nats-py keep the context they were given
         assert (client.expires_in() or 0) > 89 * 86400
+
+
+def test_resilient_transport_takes_client_tls_or_a_transport_not_both(tmp_path: Path, ca: DevCA) -> None:
+    import httpx
+
+    from bastion_core import Guard, ResilientTransport
+
+    ca.write(tmp_path)
+    cert, key = ca.issue("billing").write(tmp_path, "billing")
+    client_tls = ReloadingClientContext(CertificateFiles(cert_path=str(cert), key_path=str(key)))
+    with pytest.raises(ValueError, match="pass client_tls or a transport of your own, not both"):
+        ResilientTransport(Guard(), httpx.AsyncHTTPTransport(), client_tls=client_tls)

@@ -11,7 +11,7 @@ import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from bastion.testing import TokenMinter
-from bastion_core.testing import DevCA, Issued
+from bastion_core.testing import DevCA, Issued, free_port
 from examples.documents_api.proto.documents.v1 import documents_pb2 as pb
 from examples.documents_api.proto.documents.v1 import documents_pb2_grpc as pb_grpc
 from tests.conftest import REPO, BastionProcess, metric_samples
@@ -39,6 +39,7 @@ class Pki:
     directory: Path
     ca: DevCA
     minter: TokenMinter
+    grpc_port: int = field(default_factory=free_port)
 
     @property
     def ca_path(self) -> Path:
@@ -142,8 +143,8 @@ policy_path = "policies.cedar"
 
 @pytest.fixture(scope="module")
 def required(module_bastion_process: Callable[..., BastionProcess], pki: Pki) -> BastionProcess:
-    """``client_auth = "required"`` with gRPC on the port: the documents example, gRPC calls needing both a
-    certificate and a token whose ``client_id`` is the certificate's identity."""
+    """``client_auth = "required"`` with gRPC on ``grpc.port`` (TLS there too): the documents example, gRPC calls
+    needing both a certificate and a token whose ``client_id`` is the certificate's identity."""
     config = pki.config(
         "required",
         'client_auth = "required"\nreload_interval_secs = 3600',
@@ -156,6 +157,8 @@ policy_path = "{REPO / "examples/documents_api/policies.cedar"}"
 
 [grpc]
 enabled = true
+use_separate_port = true
+port = {pki.grpc_port}
 """,
     )
     return start(module_bastion_process, "examples.documents_api:service", config, pki.context("billing"))
@@ -261,7 +264,7 @@ def grpc_channel(required: BastionProcess, pki: Pki) -> Iterator[Callable[[str |
                 "certificate_chain": (pki.directory / f"{name}.pem").read_bytes(),
             }
         credentials = grpc.ssl_channel_credentials(root_certificates=pki.ca_path.read_bytes(), **pair)
-        channel = grpc.secure_channel(f"localhost:{required.port}", credentials)
+        channel = grpc.secure_channel(f"localhost:{pki.grpc_port}", credentials)
         channels.append(channel)
         return channel
 

@@ -57,3 +57,30 @@ def test_mtls_and_bearer_without_token_auth_is_a_config_error() -> None:
     )
     with pytest.raises(ConfigError, match="mtls_and_bearer needs token authentication"):
         CredentialsGuard(settings, token=None)
+
+
+def test_posture_and_check_config_show_the_tls_settings() -> None:
+    from bastion._tls import posture, posture_line
+
+    settings = load_settings(
+        environ={
+            "SERVICE_TOKEN_ENABLED": "false",
+            **SERVER,
+            **TLS_ON,
+            "SERVICE_TLS_CRL_PATH": "crl.pem",
+            "SERVICE_TLS_DEFAULT_CREDENTIALS": "mtls",
+        }
+    )
+    assert posture(settings) == {
+        "client_auth": "optional",
+        "reload_interval_secs": 10.0,
+        "crl": True,
+        "identity_from": ["spiffe", "dns", "cn"],
+        "default_credentials": "mtls",
+        "path_credentials": {},
+    }
+    assert posture_line(settings) == (
+        "tls: on (client certificates optional, CRL checked; identity from spiffe>dns>cn; credentials mtls by default; "
+        "files re-read every 10s and on SIGHUP)"
+    )
+    assert posture_line(load_settings(environ={"SERVICE_TOKEN_ENABLED": "false"})) == "tls: off"
