@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from cryptography import x509
 
 from bastion.testing import TokenMinter
 from bastion_core.testing import DevCA, Issued, free_port
@@ -346,6 +347,26 @@ class TestRotation:
         assert len(failed) == 1 and "kept" in failed[0]
         pki.rotate("optional", "v3", pki.server("optional-v3"))
         wait_for(lambda: served_name(optional, pki) == "optional-v3")
+
+    def test_a_new_crl_refuses_a_certificate_from_the_next_handshake(self, optional: BastionProcess, pki: Pki) -> None:
+        pki.ca.issue("later", spiffe="spiffe://example.test/later").write(pki.directory, "later")
+        assert (
+            call(optional, pki.context("later"), "/api/v1/reports").json()["identity"] == "spiffe://example.test/later"
+        )
+        pki.ca.revoke(x509.load_pem_x509_certificate((pki.directory / "later.pem").read_bytes()).serial_number)
+        crl = pki.directory / "crl.next"
+        crl.write_bytes(pki.ca.crl_pem())
+        os.replace(crl, pki.directory / "crl.pem")
+
+        def refused() -> bool:
+            try:
+                call(optional, pki.context("later"), "/api/v1/reports")
+            except httpx.TransportError:
+                return True
+            return False
+
+        wait_for(refused)
+        assert call(optional, pki.context("billing"), "/api/v1/reports").status_code == 200
 
     def test_expiry_and_reloads_are_metrics(self, optional: BastionProcess, pki: Pki) -> None:
         text = call(optional, pki.context(), "/metrics").text
