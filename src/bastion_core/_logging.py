@@ -121,7 +121,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", *, quiet: Iterable
         processors=processors,
         logger_factory=_line_logger,
         wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=settings["cache_loggers"],
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
@@ -141,6 +141,10 @@ def configure_logging(level: str = "info", fmt: str = "auto", *, quiet: Iterable
 
 
 _direct: dict[str, Any] = {"json": False, "processors": None}
+settings: dict[str, Any] = {"cache_loggers": True}
+"""``cache_loggers``: a logger binds its processors on first use (structlog's ``cache_logger_on_first_use``), as a
+server wants. A test process that configures logging again and again (commands run in-process) turns it off, so
+a later ``structlog.testing.capture_logs`` sees every logger."""
 _UTC = datetime.UTC
 _pending: list[str] = []
 """Rendered access-log lines (each ending in a newline) not yet written: flushed at the end of the event-loop
