@@ -58,7 +58,7 @@ _FOOTER = re.compile(
       | Von\ meinem\ .{1,60}\ gesendet | Gesendet\ von\ (?:meinem|Outlook|Mail\ für) | Von\ Outlook\ für
       | Envoyé\ (?:de|depuis)\ (?:mon|ma|Outlook|Yahoo) | Obtenir\ Outlook\ pour
       | Enviado\ (?:desde|do|de)\ (?:mi|meu|o\ meu|Outlook|Yahoo) | Obtener\ Outlook\ para
-      | Verstuurd\ (?:vanaf|met)\ | Inviato\ da\ | Skickat\ från\ | Wysłane\ z\ 
+      | Verstuurd\ (?:vanaf|met)\ | Inviato\ da\ | Skickat\ från\ | Wysłane\ z\s
     )""",
     re.IGNORECASE | re.VERBOSE,
 )

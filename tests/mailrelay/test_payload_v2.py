@@ -18,7 +18,10 @@ from mailrelay.testing import payload_schema
 CORPUS = Path(__file__).parent / "corpus"
 FILES = [*sorted(CORPUS.glob("*.eml")), *sorted((CORPUS / "replies").glob("*.eml"))]
 TRANSACTION = Transaction(
-    recipients=("inbox+t42@example.test", "other@example.test"), client_ip="192.0.2.7", helo="mx.example.org", size_bytes=9
+    recipients=("inbox+t42@example.test", "other@example.test"),
+    client_ip="192.0.2.7",
+    helo="mx.example.org",
+    size_bytes=9,
 )
 V1, V2 = (jsonschema.Draft202012Validator(payload_schema(version)) for version in (1, 2))
 RAW = (
@@ -71,10 +74,10 @@ def test_every_field_of_a_full_message() -> None:
 
 def test_absent_fields_are_omitted() -> None:
     payload = v2(b"Subject: x\r\n\r\n")
-    assert sorted(payload) == sorted(
-        ["payload_version", "sender", "recipient", "recipients", "recipient_tag", "subject", "body", "stripped_text"]
-        + ["text_body", "client_ip", "helo", "size_bytes"]
-    )
+    assert set(payload) == {
+        *("payload_version", "sender", "recipient", "recipients", "recipient_tag", "subject", "body", "text_body"),
+        *("stripped_text", "client_ip", "helo", "size_bytes"),
+    }
 
 
 def test_v1_fields_keep_their_values() -> None:

@@ -12,26 +12,26 @@ from mailrelay.testing import WebhookReceiver
 from tests.e2e.mailrelay.support import SECOND_TARGET, TARGET, RelayProcess
 
 MESSAGE = (
-    "From: Anna Schmidt <anna@example.org>\r\n"
-    "To: Inbox <inbox@example.test>, =?utf-8?q?Support_=C3=A9quipe?= <support@example.test>\r\n"
-    "Cc: Tom <tom@example.com>\r\n"
-    "Reply-To: anna+replies@example.org\r\n"
-    "Subject: Re: Invoice 4411\r\n"
-    "Date: Tue, 24 Nov 2026 09:41:07 +0100\r\n"
-    "Message-ID: <CAF3x9-reply@mail.example.org>\r\n"
-    "In-Reply-To: <ticket-4411@example.test>\r\n"
-    "References: <ticket-4400@example.test>\r\n <ticket-4411@example.test>\r\n"
-    "MIME-Version: 1.0\r\n"
-    "Content-Type: text/plain; charset=utf-8\r\n"
-    "\r\n"
-    "Thanks, that fixed it.\r\n"
-    "\r\n"
-    "-- \r\n"
-    "Anna Schmidt\r\n"
-    "\r\n"
-    "On Mon, Nov 23, 2026 at 4:12 PM Support <support@example.test> wrote:\r\n"
-    "> We corrected the VAT number.\r\n"
-).encode()
+    b"From: Anna Schmidt <anna@example.org>\r\n"
+    b"To: Inbox <inbox@example.test>, =?utf-8?q?Support_=C3=A9quipe?= <support@example.test>\r\n"
+    b"Cc: Tom <tom@example.com>\r\n"
+    b"Reply-To: anna+replies@example.org\r\n"
+    b"Subject: Re: Invoice 4411\r\n"
+    b"Date: Tue, 24 Nov 2026 09:41:07 +0100\r\n"
+    b"Message-ID: <CAF3x9-reply@mail.example.org>\r\n"
+    b"In-Reply-To: <ticket-4411@example.test>\r\n"
+    b"References: <ticket-4400@example.test>\r\n <ticket-4411@example.test>\r\n"
+    b"MIME-Version: 1.0\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n"
+    b"\r\n"
+    b"Thanks, that fixed it.\r\n"
+    b"\r\n"
+    b"-- \r\n"
+    b"Anna Schmidt\r\n"
+    b"\r\n"
+    b"On Mon, Nov 23, 2026 at 4:12 PM Support <support@example.test> wrote:\r\n"
+    b"> We corrected the VAT number.\r\n"
+)
 
 
 @pytest.fixture(scope="module")
