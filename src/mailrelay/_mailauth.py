@@ -172,8 +172,8 @@ class DmarcChecker:
             domain=author.domain,
             policy=policy,
             pct=record.pct,
-            spf=spf_result,
-            dkim=dkim_result,
+            spf=spf_result if self.report else None,
+            dkim=dkim_result if self.report else None,
         )
 
     def _reported(

@@ -20,7 +20,8 @@ HEADER_JOIN_LINES = 3  # a client may wrap its `On ... wrote:` line: up to this 
 OUTLOOK_BLOCK_LINES = 5  # Outlook's From:/Sent:/To:/Subject: block: `Sent:` (or `Date:`) within this many lines
 MAX_CANDIDATES = 1000  # lines that look like a quote header's part checked in full; past it the rest is the reply
 FOOTER_SEARCH_LINES = 4  # a mobile footer counts as the signature among the last this many non-blank lines
-SIGNATURE_DELIMITERS = frozenset({"-- ", "--"})  # RFC 3676 4.3 (many clients drop the trailing space)
+# RFC 3676 4.3's "-- " (many clients drop the trailing space; html2text writes it as "\--")
+SIGNATURE_DELIMITERS = frozenset({"--", "\\--"})
 
 _VERBS = r"(?:wrote|schrieb|a\ écrit|escribió|schreef|ha\ scritto|escreveu|skrev|napisał|napsal)"
 _WROTE = re.compile(  # the verb may be followed by the name (German, Dutch); Yahoo puts the quote on the same line
@@ -157,7 +158,7 @@ def _outlook_block(lines: list[str], index: int) -> bool:
 
 
 def _is_delimiter(line: str) -> bool:
-    return line in SIGNATURE_DELIMITERS
+    return len(line) <= 6 and line.rstrip() in SIGNATURE_DELIMITERS
 
 
 def _signature_start(reply: list[str]) -> int | None:

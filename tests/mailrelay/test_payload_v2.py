@@ -104,3 +104,12 @@ def test_both_versions_match_their_schemas(path: Path) -> None:
 def test_unknown_schema_version_is_refused() -> None:
     with pytest.raises(ValueError, match="not 1 or 2"):
         payload_schema(3)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_docs_example_payload_matches_the_schema(version: int) -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "mailrelay.md").read_text(encoding="utf-8")
+    section = docs.split(f"### Example payload (v{version})", 1)[1]
+    example = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+    (V1, V2)[version - 1].validate(example)
+    assert example.get("payload_version", 1) == version

@@ -72,3 +72,9 @@ def test_a_header_before_the_candidate_cap_is_found() -> None:
     lines = ["- item"] * (MAX_CANDIDATES - 1)
     body = "\n".join([*lines, "On Mon, 1 Jan 2026, Bob <bob@example.org> wrote:", "> old"])
     assert strip_reply(body).text == "\n".join(lines)
+
+
+def test_signature_of_an_html_only_reply() -> None:
+    """html2text writes the `-- ` delimiter as `\\--`: still a signature."""
+    raw = b"Subject: x\r\nContent-Type: text/html\r\n\r\n<p>Yes.</p><p>-- <br>Anna</p><blockquote>old</blockquote>"
+    assert stripped_of(raw) == {"stripped_text": "Yes.", "stripped_signature": "Anna"}
