@@ -25,11 +25,11 @@ SIGNATURE_DELIMITERS = frozenset({"--", "\\--"})
 
 _VERBS = r"(?:wrote|schrieb|a\ écrit|escribió|schreef|ha\ scritto|escreveu|skrev|napisał|napsal)"
 _WROTE = re.compile(  # the verb may be followed by the name (German, Dutch); Yahoo puts the quote on the same line
-    rf"""^\s*(?:On|Am|Le|El|Op|Il|Em|Den|W\ dniu|Dne)\b.{{0,260}}\b{_VERBS}\b[^:]{{0,150}}:(?:\s*$|\s{{2,}})""",
+    rf"""^\s*(?:On|Am|Le|El|Op|Il|Em|Den|W\ dniu|Dne)\b.{{0,260}}?\b{_VERBS}\b[^:]{{0,150}}:(?:\s*$|\s{{2,}})""",
     re.IGNORECASE | re.VERBOSE,
 )
 _WROTE_LOOSE = re.compile(  # "John Smith wrote:" alone: a header only when quoted lines follow
-    rf"^.{{0,200}}\b{_VERBS}\b[^:]{{0,150}}:\s*$", re.IGNORECASE | re.VERBOSE
+    rf"^.{{0,200}}?\b{_VERBS}\b[^:]{{0,150}}:\s*$", re.IGNORECASE | re.VERBOSE
 )
 _CANDIDATE = re.compile(  # a line that may be (the end of) a quote header: a verb, a rule, a field name, a phrase
     rf"{_VERBS}|^\s*[-_*]|^\s*\w{{1,12}}\s?:|forwarded|weitergeleitet|réexpédié|reenviado", re.IGNORECASE | re.VERBOSE

@@ -6,10 +6,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import dkim
 import pytest
 
 from mailrelay.testing import WebhookReceiver
 from tests.e2e.mailrelay.support import SECOND_TARGET, TARGET, RelayProcess
+from tests.mailrelay.servers import DnsZone, rsa_key_pair
 
 MESSAGE = (
     b"From: Anna Schmidt <anna@example.org>\r\n"
@@ -35,8 +37,16 @@ MESSAGE = (
 
 
 @pytest.fixture(scope="module")
-def v2_relay(start_relay: Callable[..., RelayProcess], receiver: WebhookReceiver) -> RelayProcess:
-    return start_relay(WEBHOOK_URL=receiver.url, PAYLOAD_VERSION="2", MAX_MESSAGE_SIZE="4000000")
+def v2_relay(start_relay: Callable[..., RelayProcess], receiver: WebhookReceiver, dns_zone: DnsZone) -> RelayProcess:
+    """Payload v2 with DMARC in monitor mode against the test DNS server (where example.org has no records)."""
+    return start_relay(
+        WEBHOOK_URL=receiver.url,
+        PAYLOAD_VERSION="2",
+        MAX_MESSAGE_SIZE="4000000",
+        DMARC_MODE="monitor",
+        DNS_SERVERS=f"127.0.0.1:{dns_zone.port}",
+        DNS_TIMEOUT="0.5",
+    )
 
 
 def delivered(webhook: WebhookReceiver) -> dict[str, Any]:
@@ -75,6 +85,9 @@ def test_every_field_of_a_reply(v2_relay: RelayProcess, webhook: WebhookReceiver
         ),
         "stripped_text": "Thanks, that fixed it.",
         "stripped_signature": "Anna Schmidt",
+        "dmarc_result": "none",
+        "spf": "none",
+        "dkim": "none",
         "client_ip": "127.0.0.1",
         "helo": "mx.example.org",
         "size_bytes": payload["size_bytes"],
@@ -121,3 +134,24 @@ def test_hostile_headers_give_a_bounded_payload(v2_relay: RelayProcess, webhook:
     assert payload["references"][-1] == "r9999@example.org"
     assert payload["to"] == [{"address": "x@example.test", "name": "Evil [2J Name"}]
     assert payload["cc"] == [{"address": "c@example.org"}]
+
+
+def test_spf_and_dkim_verdicts_beside_dmarc(
+    v2_relay: RelayProcess, webhook: WebhookReceiver, dns_zone: DnsZone
+) -> None:
+    """An aligned DKIM pass is enough for DMARC; v2 still reports the SPF verdict (here a fail)."""
+    private, public = rsa_key_pair(1024)
+    dns_zone.txt("_dmarc.v2-auth.test", "v=DMARC1; p=reject")
+    dns_zone.txt("sel._domainkey.v2-auth.test", public)
+    dns_zone.txt("v2-auth.test", "v=spf1 ip4:192.0.2.1 -all")
+    raw = f"From: Al <al@v2-auth.test>\r\nTo: {TARGET}\r\nSubject: auth\r\n\r\nbody\r\n".encode()
+    raw = dkim.sign(raw, b"sel", b"v2-auth.test", private, include_headers=[b"from", b"subject", b"to"]) + raw
+    with v2_relay.smtp() as smtp:
+        assert smtp.sendmail("al@v2-auth.test", [TARGET], raw) == {}
+    payload = delivered(webhook)
+    assert {key: payload[key] for key in ("dmarc_result", "authenticated_from", "spf", "dkim")} == {
+        "dmarc_result": "pass",
+        "authenticated_from": "al@v2-auth.test",
+        "spf": "fail",
+        "dkim": "pass",
+    }
