@@ -100,8 +100,8 @@ def _history_start(lines: list[str]) -> tuple[int, int]:
     candidates = 0
     for index, line in enumerate(lines):
         head = _head(line)
-        first = head.lstrip()[:1]
-        if first == ">" or (first != "-" and ":" not in head) or not _CANDIDATE.search(head):
+        lead = head.lstrip()[:1]
+        if lead == ">" or (lead != "-" and ":" not in head) or not _CANDIDATE.search(head):
             continue  # every header line ends in ":" or is a dashed line; quoted lines are dropped anyway
         candidates += 1
         if candidates > MAX_CANDIDATES:
