@@ -208,7 +208,14 @@ EXPECTED = {
         "SmtpServer",
         "SmtpState",
     ],
-    "mailrelay.testing": ["FakeClock", "RecordedRequest", "ScriptedResponse", "WebhookReceiver", "free_port"],
+    "mailrelay.testing": [
+        "FakeClock",
+        "RecordedRequest",
+        "ScriptedResponse",
+        "WebhookReceiver",
+        "free_port",
+        "payload_schema",
+    ],
 }
 # Modules (not packages) that are public without an underscore: the few a user imports by name.
 PUBLIC_MODULES = {

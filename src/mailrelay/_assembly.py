@@ -92,6 +92,7 @@ async def build(
         queue=queue,
         processes=stack.enter_context(contextlib.closing(WorkerProcesses())),
         metrics=metrics,
+        payload_version=settings.payload_version,
     )
     smtp = smtp_server(settings, relay, tls_context, metrics)
     if metrics is not None:
@@ -163,6 +164,7 @@ def log_started(parts: RelayParts) -> None:
         **({"metrics": f"{settings.health_bind_address}:{metrics_server.port}"} if metrics_server else {}),
         targets=len(settings.target_emails),
         signing=settings.webhook_signing_secret is not None,
+        payload_version=settings.payload_version,
         dmarc=settings.dmarc_mode,
         attachments=settings.attachment_delivery,
         attachment_policy=settings.attachment_policy_action,
@@ -262,7 +264,7 @@ def dmarc_checker(settings: Settings) -> DmarcChecker | None:
         raise ConfigError.invalid(
             PREFIX + "DNS_SERVERS", None, "DNS servers (the system has none configured in /etc/resolv.conf)"
         ) from None
-    return DmarcChecker(dns=dns)
+    return DmarcChecker(dns=dns, report=settings.payload_version == 2)
 
 
 def attachment_policy(settings: Settings) -> AttachmentPolicy:

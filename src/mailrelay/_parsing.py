@@ -46,6 +46,12 @@ class ParsedMessage:
     html_body: str | None
     headers: tuple[tuple[str, str], ...]
     parts: tuple[MimePart, ...]
+    address_headers: tuple[tuple[str, str], ...] = ()
+    """The first To, Cc and Reply-To values as received (folded, encoded words kept), keyed `to`, `cc`,
+    `reply_to`: payload v2 parses the addresses before decoding the names (a decoded comma is not a separator)."""
+
+
+_ADDRESS_HEADERS = (("to", "To"), ("cc", "Cc"), ("reply_to", "Reply-To"))
 
 
 def parse_message(raw: bytes) -> ParsedMessage:
@@ -63,6 +69,9 @@ def parse_message(raw: bytes) -> ParsedMessage:
         html_body=walker.html,
         headers=headers,
         parts=tuple(walker.parts),
+        address_headers=tuple(
+            (key, scrub(value)) for key, name in _ADDRESS_HEADERS if (value := _raw_header(message, name)) is not None
+        ),
     )
 
 

@@ -21,6 +21,7 @@ from mailrelay._errors import AttachmentRejected, AttachmentStoreFailed, QueueUn
 from mailrelay._metrics import Delivery, RelayMetrics
 from mailrelay._parsing import MimePart, ParsedMessage, parse_message, scrub
 from mailrelay._payload import build_payload
+from mailrelay._payload_v2 import MailAuth, Transaction, encode, payload_v2
 from mailrelay._processes import WorkerCrashed, WorkerProcesses
 from mailrelay._target import DeliveryOutcome, DeliveryResult, DeliveryTarget
 from mailrelay.smtp import _replies as r
@@ -80,6 +81,7 @@ class Relay:
         queue: MessageQueue | None = None,
         processes: WorkerProcesses | None = None,
         metrics: RelayMetrics | None = None,
+        payload_version: int = 1,
         new_delivery_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         random: Callable[[], float] = random.random,
     ) -> None:
@@ -92,6 +94,7 @@ class Relay:
         self.queue = queue
         self.processes = processes
         self.metrics = metrics
+        self.payload_version = payload_version
         self.dropped_attachments: collections.Counter[str] = collections.Counter()
         """Attachments the policy left out since start-up, by rule."""
         self._new_delivery_id = new_delivery_id
@@ -150,6 +153,7 @@ class Relay:
                 header_prefixes=self.header_prefixes,
                 attachments=attachments,
                 dmarc=verdict,
+                transaction=_transaction(envelope, session, len(raw)) if self.payload_version == 2 else None,
             ),
         )
         details = {
@@ -287,16 +291,28 @@ def _payload_json(
     header_prefixes: Sequence[str],
     attachments: Sequence[Attachment],
     dmarc: DmarcVerdict | None,
+    transaction: Transaction | None = None,
 ) -> bytes:
-    """The exact bytes posted (and signed): shaping and JSON encoding in one step, so both leave the loop together."""
-    return build_payload(
+    """The exact bytes posted (and signed): shaping and JSON encoding in one step, so both leave the loop together.
+    With a `transaction`, payload v2."""
+    payload = build_payload(
         sender=sender,
         recipient=recipient,
         message=message,
         header_prefixes=header_prefixes,
         attachments=attachments,
         dmarc=dmarc,
-    ).to_json()
+    )
+    if transaction is None:
+        return payload.to_json()
+    auth = MailAuth(spf=dmarc.spf, dkim=dmarc.dkim) if dmarc is not None else None
+    return encode(payload_v2(payload, message=message, transaction=transaction, auth=auth))
+
+
+def _transaction(envelope: Envelope, session: Session, size: int) -> Transaction:
+    return Transaction(
+        recipients=tuple(envelope.recipients), client_ip=session.peer_ip, helo=session.helo, size_bytes=size
+    )
 
 
 def _shown_filename(filename: str | None) -> str | None:

@@ -166,6 +166,10 @@ def parse_removed_breaker_threshold(raw: str) -> None:
     )
 
 
+def parse_payload_version(raw: str) -> int:
+    return parse_integer(raw, "1 (the specification's payload) or 2", 1, 2)
+
+
 def parse_retries(raw: str) -> int:
     return parse_integer(raw, f"an integer 0-{MAX_WEBHOOK_RETRIES}", 0, MAX_WEBHOOK_RETRIES)
 

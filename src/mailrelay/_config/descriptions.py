@@ -20,6 +20,7 @@ DESCRIPTIONS = {
     "health_port": "health endpoint port",
     "metrics_port": "Prometheus /metrics port (unset: off)",
     "header_prefixes": "comma-separated header-name prefixes copied into the payload's headers",
+    "payload_version": "1 (the specification's payload) or 2 (threading, all recipients, stripped reply, ...)",
     "webhook_signing_secret": "signs each payload (unset: unsigned)",
     "webhook_timeout": "seconds per delivery attempt",
     "webhook_max_retries": "extra attempts after the first (0-20)",

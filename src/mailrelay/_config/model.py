@@ -60,6 +60,7 @@ from mailrelay._config.converters import (
     parse_log_level,
     parse_nats_urls,
     parse_non_negative_int,
+    parse_payload_version,
     parse_prefix_list,
     parse_presign_secs,
     parse_queue_attempts,
@@ -137,6 +138,8 @@ class Settings(BaseSettings):
     header_prefixes: Annotated[tuple[str, ...], env(parse_prefix_list)] = Field(
         default=(), validation_alias=PREFIX + "HEADER_PREFIX"
     )
+    # 1: the specification's payload, byte for byte; 2: its fields and more (docs/mailrelay.md "Payload v2")
+    payload_version: Annotated[int, env(parse_payload_version)] = 1
     webhook_signing_secret: Annotated[str | None, env(parse_secret, secret=True)] = Field(default=None, repr=False)
     webhook_timeout: PositiveSeconds = DEFAULT_WEBHOOK_TIMEOUT_SECS
     webhook_max_retries: Annotated[int, env(parse_retries)] = DEFAULT_WEBHOOK_MAX_RETRIES
