@@ -12,6 +12,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from mailrelay.cli import main
 from mailrelay.testing import WebhookReceiver
 from tests.e2e.mailrelay.support import RelayProcess, relay_command, relay_env, send_message, wait_until
 from tests.nats_server import NatsServer
@@ -36,9 +37,13 @@ def ready(relay: RelayProcess) -> tuple[int, object]:
     return response.status_code, response.json()["dependencies"]
 
 
-@pytest.mark.slow  # a relay and two command processes: about 8 s here
+@pytest.mark.slow  # a relay in queue mode and a command process: about 4 s here
 def test_a_refused_message_is_listed_and_replayed_with_its_delivery_id(
-    queue_relay: Callable[..., RelayProcess], own_webhook: WebhookReceiver, nats_server: NatsServer, stream_name: str
+    queue_relay: Callable[..., RelayProcess],
+    own_webhook: WebhookReceiver,
+    nats_server: NatsServer,
+    stream_name: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     own_webhook.reset(default=422)
     relay = queue_relay(nats_server.url, stream_name)
@@ -49,9 +54,12 @@ def test_a_refused_message_is_listed_and_replayed_with_its_delivery_id(
     delivery_id = refused.header("X-MailRelay-Delivery-Id")
     assert ready(relay) == (200, {"queue": {"healthy": True, "messages": 0, "dead_letters": 1}})
 
-    listed = dead_letters(nats_server.url, stream_name, "list", "--error", "422", "--json")
-    assert (listed.returncode, listed.stderr) == (0, "")
-    record = json.loads(listed.stdout)
+    # listed in-process (every option: tests/mailrelay/test_dead_letter_cli.py), replayed by the real command
+    argv = ["dead-letters", "list", "--error", "422", "--json", "--nats-url", nats_server.url, "--stream", stream_name]
+    assert main(argv) == 0
+    listed = capsys.readouterr()
+    assert listed.err == ""
+    record = json.loads(listed.out)
     assert (record["delivery_id"], record["route"], record["error"], record["attempts"]) == (
         delivery_id,
         "default",
