@@ -4,7 +4,7 @@
 Every part that holds something open registers its closing on the one AsyncExitStack as it is made, so teardown is
 the reverse of assembly, also when a later step fails: the SMTP listener shuts down gracefully first (and the
 delivery workers after it), then the health and metrics ports, then the target's HTTP session, the queue's
-connection, the worker processes, the DNS client and the attachment store.
+connection, the worker processes, the S3 store and the DNS client.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import structlog
 from bastion_core import CircuitBreaker, ConfigError, Guard
 from mailrelay import _extras as extras
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
-from mailrelay._attachments import AttachmentSink, InlineSink
+from mailrelay._attachments import InlineSink
 from mailrelay._config import PREFIX, Settings, mask_nats_url
 from mailrelay._delivery import WebhookClient
 from mailrelay._errors import ListenFailed
@@ -30,6 +30,7 @@ from mailrelay._health import HealthServer
 from mailrelay._metrics import RelayMetrics, TimedTransport
 from mailrelay._metrics_server import MetricsServer
 from mailrelay._processes import WorkerProcesses
+from mailrelay._raw import InlineRaw, RawStore, S3Raw
 from mailrelay._redelivery import RedeliveryRules
 from mailrelay._relay import Relay
 from mailrelay._transport import AiohttpTransport
@@ -41,6 +42,7 @@ from mailrelay.smtp._session import SmtpOptions
 if TYPE_CHECKING:  # the dmarc and queue extras' packages: imported where each feature is built
     from mailrelay._mailauth import DmarcChecker
     from mailrelay._queue import JetStreamQueue
+    from mailrelay._s3 import S3Sink
 
 USER_AGENT = f"MailRelay/{__version__}"
 SMTP_VARIABLES = f"{PREFIX}BIND_ADDRESS/{PREFIX}PORT"
@@ -82,10 +84,14 @@ async def build(
         stack.callback(dmarc.close)
     metrics = None if settings.metrics_port is None else RelayMetrics(queue=queue is not None, dmarc=dmarc is not None)
     target = delivery_target(settings, metrics, stack)
+    s3 = s3_sink(settings)
+    if s3 is not None:
+        stack.callback(s3.close)
     relay = Relay(
         target=target,
         attachment_policy=attachment_policy(settings),
-        attachment_sink=stack.enter_context(contextlib.closing(attachment_sink(settings))),
+        attachment_sink=s3 if s3 is not None and settings.attachment_delivery == "s3" else InlineSink(),
+        raw_store=raw_store(settings, s3),
         header_prefixes=settings.header_prefixes,
         dmarc=dmarc,
         dmarc_enforce=settings.dmarc_mode == "enforce",
@@ -105,7 +111,7 @@ async def build(
         settings=settings,
         target=target,
         smtp=smtp,
-        health=HealthServer(),
+        health=HealthServer(queue),
         queue=queue,
         workers=delivery_workers(settings, queue, target, metrics),
         metrics=metrics,
@@ -279,11 +285,21 @@ def attachment_policy(settings: Settings) -> AttachmentPolicy:
     )
 
 
-def attachment_sink(settings: Settings) -> AttachmentSink:
-    """Inline, or S3 (boto3 is imported only then: it adds about a quarter of a second to start-up)."""
-    if settings.attachment_delivery != "s3" or settings.s3_bucket is None:
-        return InlineSink()
-    extras.S3.require()
+def raw_store(settings: Settings, s3: S3Sink | None) -> RawStore | None:
+    """MAIL_RELAY_RAW: None (off), the message inline under its cap, or uploaded through the S3 sink."""
+    if settings.raw == "inline":
+        return InlineRaw(max_bytes=settings.raw_inline_max_bytes)
+    if settings.raw == "s3" and s3 is not None:
+        return S3Raw(s3)
+    return None
+
+
+def s3_sink(settings: Settings) -> S3Sink | None:
+    """The S3 store when attachments or raw messages go there (boto3 is imported only then: it adds about a quarter
+    of a second to start-up); one thread pool and client for both."""
+    if "s3" not in (settings.attachment_delivery, settings.raw) or settings.s3_bucket is None:
+        return None
+    (extras.S3 if settings.attachment_delivery == "s3" else extras.RAW_S3).require()
     from mailrelay._s3 import S3Sink, has_credentials, make_client
 
     if not has_credentials():

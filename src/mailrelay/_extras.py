@@ -23,6 +23,10 @@ DMARC = Extra(
 )
 QUEUE = Extra(distribution=DISTRIBUTION, name="queue", modules=("nats",), feature=f"{PREFIX}QUEUE=jetstream")
 EXTRAS = (S3, DMARC, QUEUE)
+RAW_S3 = Extra(distribution=DISTRIBUTION, name="s3", modules=("boto3", "botocore"), feature=f"{PREFIX}RAW=s3")
+"""The s3 extra again, named for the other variable that needs it (not a second extra: EXTRAS lists each once)."""
+DEAD_LETTERS = Extra(distribution=DISTRIBUTION, name="queue", modules=("nats",), feature="mailrelay dead-letters")
+"""The queue extra, for the dead-letters command."""
 
 
 def configured(settings: Settings) -> tuple[Extra, ...]:
@@ -31,8 +35,9 @@ def configured(settings: Settings) -> tuple[Extra, ...]:
         S3: settings.attachment_delivery == "s3" and settings.s3_bucket is not None,
         DMARC: settings.dmarc_mode != "off",
         QUEUE: settings.queue == "jetstream" and settings.nats_url is not None,
+        RAW_S3: settings.raw == "s3" and settings.s3_bucket is not None,
     }
-    return tuple(extra for extra in EXTRAS if on[extra])
+    return tuple(extra for extra in (*EXTRAS, RAW_S3) if on[extra])
 
 
 def check(settings: Settings) -> None:

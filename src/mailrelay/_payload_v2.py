@@ -39,6 +39,10 @@ class MailAuth:
     dkim: str | None = None
 
 
+RAW_FIELDS = ("raw_base64", "raw_url", "raw_presigned_url")
+"""The original message's fields (``mailrelay._raw``), when ``MAIL_RELAY_RAW`` is on."""
+
+
 def payload_v2(
     v1: WebhookPayload, *, message: ParsedMessage, transaction: Transaction, auth: MailAuth | None = None
 ) -> dict[str, Any]:
@@ -73,6 +77,8 @@ def payload_v2(
     out["client_ip"] = scrub(transaction.client_ip)
     _put(out, "helo", scrub(transaction.helo) if transaction.helo else None)
     out["size_bytes"] = transaction.size_bytes
+    for key in RAW_FIELDS:  # MAIL_RELAY_RAW, last as in v1
+        _put(out, key, base.get(key))
     return out
 
 

@@ -23,6 +23,7 @@ from mailrelay._parsing import MimePart, ParsedMessage, parse_message, scrub
 from mailrelay._payload import build_payload
 from mailrelay._payload_v2 import MailAuth, Transaction, encode, payload_v2
 from mailrelay._processes import WorkerCrashed, WorkerProcesses
+from mailrelay._raw import RawMessage, RawStore
 from mailrelay._target import DeliveryOutcome, DeliveryResult, DeliveryTarget
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._replies import Reply
@@ -35,6 +36,8 @@ PROCESS_WORK_LIMIT = 512 * 1024  # above it they go to a worker process: the GIL
 LOGGED_FILENAME_CHARS = 200
 
 T = TypeVar("T")
+Stored = tuple[list[Attachment], RawMessage | None]
+"""What a message has stored for its payload: the attachment entries and the original message's reference."""
 
 log = structlog.get_logger("mailrelay.relay")
 
@@ -56,7 +59,8 @@ class Relay:
 
     Order: parse; the attachment policy (552/554 when its action is reject; dropped attachments are logged and
     counted); DMARC when an evaluator is set (with `dmarc_enforce`: 550 for a failing p=reject domain, 451 on
-    temperror); the attachments' upload (451 when it fails); then the `target`. The reply is known only after the
+    temperror); the attachments' upload (451 when it fails); the original message's (`raw_store`, MAIL_RELAY_RAW:
+    451 when its upload fails); then the `target`. The reply is known only after the
     target answered: 250 delivered, 451 temporary (retries exhausted or the circuit is open; the sending server
     keeps the message), 554 refused by the target. The recipient in the payload is the first accepted one.
     While the target pauses (its breaker is open) the reply is 451 at once, before any work.
@@ -79,6 +83,7 @@ class Relay:
         dmarc: DmarcEvaluator | None = None,
         dmarc_enforce: bool = False,
         queue: MessageQueue | None = None,
+        raw_store: RawStore | None = None,
         processes: WorkerProcesses | None = None,
         metrics: RelayMetrics | None = None,
         payload_version: int = 1,
@@ -92,6 +97,7 @@ class Relay:
         self.dmarc = dmarc
         self.dmarc_enforce = dmarc_enforce
         self.queue = queue
+        self.raw_store = raw_store
         self.processes = processes
         self.metrics = metrics
         self.payload_version = payload_version
@@ -134,15 +140,10 @@ class Relay:
             refusal = self._dmarc_refusal(verdict, bound)
             if refusal is not None:
                 return refusal
-        try:
-            attachments = await self.attachment_sink.store(screened.kept, delivery_id=delivery_id)
-        except AttachmentStoreFailed as exc:
-            bound.warning("message_deferred", reason="attachment_store_failed", error=exc.reason)
-            if self.metrics is not None:
-                self.metrics.attachment_store_failed()
-            return r.ATTACHMENT_STORE_FAILED
-        if self.metrics is not None and attachments:
-            self.metrics.attachments(attachments)
+        stored = await self._store(screened, raw, delivery_id, bound)
+        if isinstance(stored, Reply):
+            return stored
+        attachments, raw_message = stored
         body = await self._cpu_bound(
             len(raw),
             functools.partial(
@@ -154,6 +155,7 @@ class Relay:
                 attachments=attachments,
                 dmarc=verdict,
                 transaction=_transaction(envelope, session, len(raw)) if self.payload_version == 2 else None,
+                raw=raw_message,
             ),
         )
         details = {
@@ -164,9 +166,44 @@ class Relay:
         }
         if self.queue is not None:
             if self.queue.fits(len(body)):
-                return await self._enqueue(self.queue, body, delivery_id, attachments, bound, details)
+                return await self._enqueue(self.queue, body, delivery_id, (attachments, raw_message), bound, details)
             bound.info("message_too_large_for_queue", payload_size=len(body))
-        return await self._deliver(body, delivery_id, attachments, bound, details)
+        return await self._deliver(body, delivery_id, (attachments, raw_message), bound, details)
+
+    async def _store(
+        self, screened: Screened, raw: bytes, delivery_id: str, bound: structlog.typing.FilteringBoundLogger
+    ) -> Stored | Reply:
+        """The kept attachments through the sink, then the original message through the raw store (both 451 when
+        an upload fails; then nothing of the message stays stored)."""
+        try:
+            attachments = await self.attachment_sink.store(screened.kept, delivery_id=delivery_id)
+        except AttachmentStoreFailed as exc:
+            bound.warning("message_deferred", reason="attachment_store_failed", error=exc.reason)
+            if self.metrics is not None:
+                self.metrics.attachment_store_failed()
+            return r.ATTACHMENT_STORE_FAILED
+        raw_message: RawMessage | None = None
+        if self.raw_store is not None:
+            try:
+                raw_message = await self.raw_store.store(raw, delivery_id=delivery_id)
+            except AttachmentStoreFailed as exc:
+                await self.attachment_sink.discard(attachments)
+                bound.warning("message_deferred", reason="raw_store_failed", error=exc.reason)
+                if self.metrics is not None:
+                    self.metrics.attachment_store_failed()
+                return r.RAW_STORE_FAILED
+            if raw_message is None:
+                bound.info("raw_message_not_inlined", size=len(raw))
+        if self.metrics is not None and attachments:
+            self.metrics.attachments(attachments)
+        return attachments, raw_message
+
+    async def _discard(self, stored: Stored) -> None:
+        """Nothing was posted or queued: no stored object is referenced."""
+        attachments, raw_message = stored
+        await self.attachment_sink.discard(attachments)
+        if raw_message is not None and self.raw_store is not None:
+            await self.raw_store.discard(raw_message)
 
     def _paused(self, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
         """Direct mode while the target pauses: nothing can be delivered for now, so say so (451) before parsing,
@@ -200,14 +237,14 @@ class Relay:
         self,
         body: bytes,
         delivery_id: str,
-        attachments: Sequence[Attachment],
+        stored: Stored,
         bound: structlog.typing.FilteringBoundLogger,
         details: Mapping[str, object],
     ) -> Reply:
         """Direct mode: the target's delivery with its retries; the reply follows from how it ended."""
         result = await self.target.deliver(body, delivery_id=delivery_id)
         if not result.posted:
-            await self.attachment_sink.discard(attachments)  # nothing was posted: no object is referenced
+            await self._discard(stored)
         bound.info(
             "message_relayed", outcome=result.outcome.value, attempts=result.attempts, status=result.status, **details
         )
@@ -224,14 +261,14 @@ class Relay:
         queue: MessageQueue,
         body: bytes,
         delivery_id: str,
-        attachments: Sequence[Attachment],
+        stored: Stored,
         bound: structlog.typing.FilteringBoundLogger,
         details: Mapping[str, object],
     ) -> Reply:
         try:
             await queue.enqueue(body, delivery_id=delivery_id)
         except QueueUnavailable as exc:
-            await self.attachment_sink.discard(attachments)  # nothing was queued: no object is referenced
+            await self._discard(stored)
             bound.warning("message_deferred", reason="queue_unavailable", error=exc.reason)
             if self.metrics is not None:
                 self.metrics.queue_publish_failed()
@@ -292,6 +329,7 @@ def _payload_json(
     attachments: Sequence[Attachment],
     dmarc: DmarcVerdict | None,
     transaction: Transaction | None = None,
+    raw: RawMessage | None,
 ) -> bytes:
     """The exact bytes posted (and signed): shaping and JSON encoding in one step, so both leave the loop together.
     With a `transaction`, payload v2."""
@@ -302,6 +340,7 @@ def _payload_json(
         header_prefixes=header_prefixes,
         attachments=attachments,
         dmarc=dmarc,
+        raw=raw,
     )
     if transaction is None:
         return payload.to_json()

@@ -37,7 +37,10 @@ QUIET_LOGGERS = ("mail.log", "aiohttp", "nats", "asyncio")
 log = structlog.get_logger("mailrelay")
 
 
-USAGE = "usage: mailrelay [--help] [--version] [docs [TOPIC]]   (configured by MAIL_RELAY_* variables and ./.env)"
+USAGE = (
+    "usage: mailrelay [--help] [--version] [docs [TOPIC]] [dead-letters list|show|replay ...]"
+    "   (configured by MAIL_RELAY_* variables and ./.env)"
+)
 
 
 def help_text() -> str:
@@ -53,6 +56,7 @@ def help_text() -> str:
         "variables (the process environment wins over ./.env); a bad value or an unknown MAIL_RELAY_* name stops",
         "it with exit code 2 before it listens. More on each variable: `mailrelay docs` (the manual installed",
         "with MailRelay; `mailrelay docs installation` for the extras).",
+        "`mailrelay dead-letters --help`: list, show and replay the dead letters of queue mode.",
         "",
         f"{'variable':<{width}}  {'default':<{default_width}}  meaning",
         *(f"{name:<{width}}  {default:<{default_width}}  {meaning}" for name, default, meaning in rows),
@@ -72,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args[:1] == ["docs"] and len(args) <= 2:
             return show_docs(args[1] if len(args) == 2 else "mailrelay", program="mailrelay")
+        if args[:1] == ["dead-letters"]:
+            from mailrelay._dead_letter_cli import main as dead_letters
+
+            return dead_letters(args[1:])
     except BrokenPipeError:  # `mailrelay docs | head`: the reader left
         return output_closed()
     if args:

@@ -95,6 +95,39 @@ def test_a_mailrelay_feature_without_its_extra_stops_start_up_with_one_line(extr
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "variables", "feature"),
+    [
+        (
+            [],
+            {"MAIL_RELAY_RAW": "s3", "MAIL_RELAY_S3_BUCKET": "mail"},
+            "MAIL_RELAY_RAW=s3 needs the s3 extra: pip install 'mailrelay[s3]'",
+        ),
+        (
+            ["dead-letters", "list"],
+            {"MAIL_RELAY_NATS_URL": "nats://127.0.0.1:4222"},
+            "mailrelay dead-letters needs the queue extra: pip install 'mailrelay[queue]'",
+        ),
+    ],
+    ids=["raw-s3", "dead-letters"],
+)
+def test_the_other_users_of_an_extra_name_it_in_one_line(
+    argv: list[str], variables: dict[str, str], feature: str, tmp_path: Path
+) -> None:
+    env = {
+        "MAIL_RELAY_TARGET_EMAILS": "inbox@example.test",
+        "MAIL_RELAY_WEBHOOK_URL": "http://127.0.0.1:9/webhook",
+        "MAIL_RELAY_WEBHOOK_ALLOW_INSECURE": "true",
+        **variables,
+    }
+    result = _run([sys.executable, "-m", "mailrelay", *argv], blocked="boto3,botocore,nats", env=env, cwd=tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        EXIT_CONFIG,
+        "",
+        f"mailrelay: configuration error: {feature}\n",
+    )
+
+
 def test_naming_the_broker_class_without_the_broker_extra_says_which_extra() -> None:
     result = _run([sys.executable, "-c", "from bastion.broker import Broker"], blocked="nats")
     assert result.returncode == 1

@@ -28,6 +28,7 @@ from mailrelay._config.converters import (
     POLICY_ACTIONS,
     PREFIX,
     QUEUE_MODES,
+    RAW_MODES,
     REDACTED,
     REQUIRED,
     SECRETS,
@@ -45,6 +46,7 @@ from mailrelay._config.converters import (
     PositiveInt,
     PositiveSeconds,
     QueueMode,
+    RawMode,
     env,
     mask_nats_url,
     parse_boolean,
@@ -101,6 +103,7 @@ DEFAULT_QUEUE_WORKERS = 16
 DEFAULT_QUEUE_MAX_ATTEMPTS = 25
 DEFAULT_QUEUE_MAX_AGE_SECS = 86_400.0  # a day; the sending server's own queue would have kept it ~5 days
 DEFAULT_QUEUE_ACK_WAIT_SECS = 60.0
+DEFAULT_RAW_INLINE_MAX_BYTES = 524_288  # 683 KiB of base64: the payload still fits NATS' default 1 MB message
 
 
 class Settings(BaseSettings):
@@ -178,6 +181,9 @@ class Settings(BaseSettings):
     attachment_delivery: Annotated[AttachmentDelivery, env(lambda raw: parse_choice(raw, ATTACHMENT_DELIVERIES))] = (
         "inline"
     )
+    # The original message (docs/mailrelay.md "Raw message"): off, an .eml object in S3, or base64 in the payload.
+    raw: Annotated[RawMode, env(lambda raw: parse_choice(raw, RAW_MODES))] = "off"
+    raw_inline_max_bytes: PositiveInt = DEFAULT_RAW_INLINE_MAX_BYTES
     s3_bucket: Annotated[str | None, env(parse_bucket)] = Field(default=None, validate_default=True)
     s3_prefix: Annotated[
         str, BeforeValidator(lambda raw: read_variable(raw, parse_key_prefix) if raw != "" else raw)
@@ -229,10 +235,11 @@ class Settings(BaseSettings):
     @field_validator("s3_bucket")
     @classmethod
     def _check_bucket_for_s3(cls, bucket: str | None, info: ValidationInfo) -> str | None:
-        if bucket is None and info.data.get("attachment_delivery") == "s3":
-            raise ConfigError.invalid(
-                PREFIX + "S3_BUCKET", None, "an S3 bucket name (required with MAIL_RELAY_ATTACHMENT_DELIVERY=s3)"
-            )
+        for variable in ("attachment_delivery", "raw"):
+            if bucket is None and info.data.get(variable) == "s3":
+                raise ConfigError.invalid(
+                    PREFIX + "S3_BUCKET", None, f"an S3 bucket name (required with {PREFIX}{variable.upper()}=s3)"
+                )
         return bucket
 
     @field_validator("nats_url")

@@ -67,6 +67,7 @@ ATTACHMENT_POLICY_REPLIES = {
 }
 """The reply for each attachment-policy rule when the policy's action is reject (keys: AttachmentRejected.rule)."""
 ATTACHMENT_STORE_FAILED = Reply(code=451, text="4.3.0 Attachment storage unavailable, try again later")
+RAW_STORE_FAILED = Reply(code=451, text="4.3.0 Message storage unavailable, try again later")
 DMARC_NO_AUTHOR = Reply(code=550, text="5.7.1 Message rejected: DMARC needs exactly one From address")
 DMARC_TEMPERROR = Reply(code=451, text="4.7.0 DMARC check failed temporarily (DNS), try again later")
 QUEUE_UNAVAILABLE = Reply(code=451, text="4.3.0 Queue temporarily unavailable, try again later")
