@@ -71,7 +71,11 @@ class BrokerRegistrations:
             raise ConfigError(f"stream {name!r}: num_replicas must be 1 to {MAX_REPLICAS}, got {num_replicas}")
         self._streams.append(
             StreamSpec(
-                name=name, subjects=tuple(checked), max_messages=max_messages, max_age=max_age, retention=retention,
+                name=name,
+                subjects=tuple(checked),
+                max_messages=max_messages,
+                max_age=max_age,
+                retention=retention,
                 num_replicas=num_replicas,
             )
         )
