@@ -22,6 +22,7 @@ from starlette.datastructures import State
 from bastion import _assembly as assembly
 from bastion import _extras as extras
 from bastion._assembly import INLINE_DEPENDENCIES as INLINE_DEPENDENCIES
+from bastion._cache_store import RedisCacheStore
 from bastion._connections import ConnectionSlots
 from bastion._metrics import Metrics
 from bastion._parts import DependencyOverrides, ServiceParts, Slot
@@ -84,6 +85,8 @@ class BastionApp:
             limiter_follows_token_auth=not parts.slots.get(Slot.TOKEN_AUTH),
         )
         self.cache_store, self.revocations, self.auditor = security.cache_store, security.revocations, security.auditor
+        if isinstance(security.cache_store, RedisCacheStore):
+            metrics.watch_cache_store(security.cache_store.available)
         self.policy, self.token_auth, self.rate_limiting = security.policy, security.token_auth, security.rate_limiting
         self.resilience = resilience = layers_from(parts.resilience, settings.middleware.resilience, metrics=metrics)
         assembly.check_grpc_layers(parts, settings)

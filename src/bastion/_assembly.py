@@ -277,6 +277,7 @@ def streams(settings: BrokerSettings, declared: BrokerPlan) -> tuple[StreamSpec,
             max_messages=stream.max_messages,
             max_age=stream.max_age,
             retention=stream.retention,
+            num_replicas=stream.num_replicas,
         )
         for name, stream in settings.streams.items()
     }

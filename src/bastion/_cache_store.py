@@ -107,6 +107,10 @@ class RedisCacheStore:
         self.client = redis.Redis.from_pool(pool)
         self._down = False
 
+    def available(self) -> bool:
+        """False from a failed operation until one succeeds (``/ready``'s ping included): ``bastion_cache_store_up``."""
+        return not self._down
+
     def _failed(self, exc: Exception) -> CacheStoreError:
         if not self._down:
             self._down = True

@@ -112,6 +112,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.multiprocess_dir = multiprocess_dir if multiprocess_dir is not None else os.environ.get(MULTIPROC_ENV)
         self._state_sources: list[Callable[[], Iterable[tuple[str, str]]]] = []
+        self._store_sources: list[Callable[[], bool]] = []
         if not enabled:
             for name in _INSTRUMENTS:
                 setattr(self, name, _NOTHING)
@@ -196,6 +197,7 @@ class Metrics:
             )
         )
         registry.register(_BreakerStates(self._state_sources))
+        registry.register(_CacheStoreUp(self._store_sources))
 
     @classmethod
     def off(cls) -> Metrics:
@@ -261,6 +263,11 @@ class Metrics:
         if self.enabled:
             self._state_sources.append(source)
 
+    def watch_cache_store(self, source: Callable[[], bool]) -> None:
+        """``source()`` says whether the Redis/Valkey cache store answered its last operation, read at each scrape."""
+        if self.enabled:
+            self._store_sources.append(source)
+
     # -- exposition ---------------------------------------------------------------------------------------------
 
     def exposition(self) -> bytes:
@@ -269,6 +276,7 @@ class Metrics:
             merged = CollectorRegistry()
             MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
             merged.register(_BreakerStates(self._state_sources))
+            merged.register(_CacheStoreUp(self._store_sources))
             return generate_latest(merged)
         return generate_latest(self.registry)
 
@@ -310,6 +318,22 @@ class _BreakerStates:
             for name, state in source():
                 family.add_metric([name], BREAKER_STATES.get(state, 0))
         yield family
+
+
+class _CacheStoreUp:
+    """``bastion_cache_store_up``: 1 while the cache store answers, 0 after a failed operation; only with
+    ``cache_store.url`` (the in-process store cannot fail)."""
+
+    def __init__(self, sources: list[Callable[[], bool]]) -> None:
+        self.sources = sources
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        if self.sources:
+            up = all(source() for source in self.sources)
+            yield GaugeMetricFamily("bastion_cache_store_up", "1 while the cache store answers, else 0", value=int(up))
 
 
 NO_METRICS = Metrics.off()
