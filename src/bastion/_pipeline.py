@@ -136,7 +136,16 @@ def pipeline(
         Step("compression", partial(CompressionMiddleware, settings=middleware.compression))
         if middleware.compression.enabled
         else None,
-        Step("deprecation", partial(DeprecationMiddleware, api=api, base_path=base_path, metrics=metrics)),
+        Step(
+            "deprecation",
+            partial(
+                DeprecationMiddleware,
+                api=api,
+                base_path=base_path,
+                metrics=metrics,
+                form=settings.service.deprecation_header,
+            ),
+        ),
         Step("route_resolution", partial(RouteResolutionMiddleware, table=routes)),
         *_slot(Slot.TOKEN_AUTH, token_auth, operator),
         *_slot(Slot.RATE_LIMIT, rate_limit, operator),
