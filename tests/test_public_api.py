@@ -155,6 +155,7 @@ EXPECTED = {
         "TokenMinter",
         "WebSocketDenialResponse",
         "WebSocketSession",
+        "check_policy_cases",
         "write_dev_keys",
     ],
     "bastion_core": [

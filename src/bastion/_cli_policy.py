@@ -33,25 +33,13 @@ def _json_object(text: str) -> dict[str, object]:
 
 
 def _service_schema(args: argparse.Namespace) -> PolicySchema:
-    """Import and build ``args.app`` with ``args.config`` (embedded defaults without) and return its policy schema.
-
-    Token authentication and policy are off for this build: their keys and policy file play no part in the
-    schema (the file to check is the command's). A bad app is a ConfigError, as for ``bastion run``.
-    """
+    """Import ``args.app`` and return its policy schema, built with ``args.config`` (embedded defaults without);
+    a bad app is a ConfigError, as for ``bastion run``."""
     from bastion._runner import import_service
+    from bastion.testing._policy_cases import service_policy_schema
 
-    settings = load_settings(args.config)
-    settings = settings.model_copy(
-        update={
-            "token": settings.token.model_copy(update={"enabled": False}),
-            "policy": settings.policy.model_copy(update={"enabled": False}),
-        }
-    )
-    app = import_service(args.app, app_dir=args.app_dir).build(settings)
-    try:
-        return app.policy_schema()
-    finally:
-        asyncio.run(app.aclose())
+    service = import_service(args.app, app_dir=args.app_dir)
+    return service_policy_schema(service, load_settings(args.config))
 
 
 def _policy_check(args: argparse.Namespace) -> int:
