@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,9 @@ OTHER_OWNER = "someone-else"
 _ROLE_SETS = ("contains", "containsAll", "containsAny")
 _PROBE_CONTEXT: Mapping[str, Any] = {"ip_address": "127.0.0.1", "timestamp": 0, "user_agent": "", "request_id": ""}
 _PLACEHOLDER = {"Long": 0, "Boolean": False}
+_PARAMETER = re.compile(r"\{([^}]+)\}")
+MAX_NOTED_ACTIONS = 4096
+"""Cached OpenAPI notes (one per operation and policy digest) before the cache starts over."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,3 +115,35 @@ def permitted_roles(policies: LoadedPolicies, actions: Sequence[ActionShape]) ->
         action.name: {probe.label: value for probe, value in zip(probes, row, strict=True) if value != NONE}
         for action, row in zip(actions, matrix(policies, actions, probes), strict=True)
     }
+
+
+class OperationRoles:
+    """What each OpenAPI operation notes: ``{probe label: "any" | "own"}`` for ``"<METHOD> <template>"``, from
+    the policies in force now (``current()``), computed once per action and policy digest.
+
+    The probe's resource has the template's ``{parameters}`` as strings plus the attributes an extractor
+    declared for the template (``declared``).
+    """
+
+    def __init__(self, current: Callable[[], LoadedPolicies], declared: Mapping[str, Mapping[str, str]]) -> None:
+        self.current = current
+        self.declared = declared
+        self._cache: dict[tuple[str, str], dict[str, str]] = {}
+
+    @property
+    def digest(self) -> str:
+        return self.current().digest
+
+    def __call__(self, action: str) -> dict[str, str]:
+        policies = self.current()
+        key = (policies.digest, action)
+        found = self._cache.get(key)
+        if found is None:
+            template = action.partition(" ")[2]
+            attributes = {name.split(":", 1)[0]: "String" for name in _PARAMETER.findall(template)}
+            attributes.update(self.declared.get(action) or self.declared.get(template) or {})
+            found = permitted_roles(policies, [ActionShape(name=action, attributes=attributes)])[action]
+            if len(self._cache) >= MAX_NOTED_ACTIONS:
+                self._cache.clear()  # a reload changed the digest: the old entries are dead
+            self._cache[key] = found
+        return found
