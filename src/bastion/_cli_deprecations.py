@@ -48,8 +48,6 @@ def usage(text: str) -> dict[tuple[str, str], dict[str, float]]:
     except ValueError as exc:
         raise ConfigError(f"the metrics page is not Prometheus text: {exc}") from None
     for family in families:
-        if family.name != METRIC:
-            continue
         for sample in family.samples:
             labels = sample.labels
             if sample.name != f"{METRIC}_total" or labels.get("deprecated") != "true":

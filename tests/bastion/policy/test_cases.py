@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bastion.errors import ConfigError
+from bastion.policy import _cases as cases_module
 from bastion.policy._cases import load_cases, run_case, schema_problems
 from bastion.policy._engine import parse_policies
 from bastion.policy._matrix import ANY, NONE, OWN, matrix, role_probes, roles_named
@@ -109,3 +110,12 @@ def test_matrix_tells_any_from_own() -> None:
     probes = role_probes(roles_named(POLICIES))
     assert [probe.label for probe in probes] == ["anonymous", "user", "admin", "root"]
     assert matrix(POLICIES, SCHEMA.actions, probes) == [[NONE, OWN, ANY, OWN], [NONE, NONE, NONE, NONE]]
+
+
+def test_a_file_over_the_case_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cases_module, "MAX_CASES", 2)
+    text = "".join(GOOD.replace("owner reads", f"case {number}") for number in range(3))
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_cases(path)
+    assert str(caught.value) == f"cases file {str(path)!r} has 3 cases; at most 2"
