@@ -1,10 +1,10 @@
-"""Four versions for the sunset tests: v1 past its enforced sunset, v2 in a brownout that covers all of its
-time (share 1), v3 past a sunset that is only announced, v4 current."""
+"""Versions for the sunset tests: v1 past its enforced sunset, v2 in a brownout that covers all of its time
+(share 1), v3 past a sunset that is only announced, v4 current, v5 deprecated for the caller counts alone."""
 
 from bastion import Brownout, Service
 
 service = Service("sunset-service", version="0.0.1")
-for number in (1, 2, 3, 4):
+for number in (1, 2, 3, 4, 5):
     version = service.version(number)
 
     @version.get("/items")
@@ -21,3 +21,4 @@ service.deprecate(
     since="2019-06-01T00:00:00Z",
 )
 service.deprecate(3, replacement=4, sunset="2020-01-01T00:00:00Z", since="2019-01-01T00:00:00Z")
+service.deprecate(5, replacement=4, since="2019-01-01T00:00:00Z")
