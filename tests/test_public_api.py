@@ -15,6 +15,7 @@ EXPECTED = {
         "BadRequest",
         "BastionApp",
         "BastionError",
+        "Brownout",
         "CacheStore",
         "Claims",
         "ConfigError",
@@ -51,7 +52,7 @@ EXPECTED = {
         "load_policies",
     ],
     "bastion.ratelimit": ["Bucket", "LimiterStore", "Outcome", "Quota", "RateLimiting"],
-    "bastion.routing": ["ApiVersion", "Deprecation", "VersionedApi"],
+    "bastion.routing": ["ApiVersion", "Brownout", "Deprecation", "VersionedApi"],
     "bastion.resilience": [
         "BreakerState",
         "Bulkhead",
@@ -103,6 +104,7 @@ EXPECTED = {
         "CircuitOpen",
         "ConfigError",
         "GatewayTimeout",
+        "Gone",
         "HeadersTooLarge",
         "InvalidToken",
         "JsonTooDeep",
@@ -153,6 +155,7 @@ EXPECTED = {
         "TokenMinter",
         "WebSocketDenialResponse",
         "WebSocketSession",
+        "check_policy_cases",
         "write_dev_keys",
     ],
     "bastion_core": [

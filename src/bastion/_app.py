@@ -55,7 +55,7 @@ class BastionApp:
         names = assembly.identity(parts, settings)
         settings = self.settings = assembly.with_route_limits(parts, settings, base_path=names.base_path)
         self.name, self.version, self.base_path = names.name, names.version, names.base_path
-        self.metrics = Metrics(enabled=settings.metrics.enabled)
+        self.metrics = Metrics(enabled=settings.metrics.enabled, version_callers=settings.metrics.version_callers)
         self.tracing = Tracing.from_settings(
             settings.tracing, service=names.name, version=names.version, provider=tracer_provider
         )

@@ -37,6 +37,7 @@ from bastion.broker._specs import BrokerPlan, StreamSpec
 from bastion.config import AuditSettings, BrokerSettings, Settings
 from bastion.errors import ConfigError
 from bastion.policy._engine import LoadedPolicies
+from bastion.policy._matrix import OperationRoles
 from bastion.policy._routes import reload_policy_route
 from bastion.ratelimit._rules import merge_route_options
 from bastion.resilience._capability import ResilienceGuard
@@ -154,8 +155,9 @@ def gates(
     number: int, *, settings: Settings, parts: ServiceParts, security: Security, resilience: Sequence[ResilienceGuard]
 ) -> Gates:
     """What the pipeline does in front of version ``number``'s operations: the answers its document lists."""
-    token_auth, slots = security.token_auth, parts.slots
+    token_auth, slots, policy = security.token_auth, parts.slots, security.policy
     guards = [layer for layer in resilience if layer.spec.version in (None, number)]
+    roles = None if policy is None else OperationRoles(lambda: policy.policies, parts.resource_attributes)
     return Gates(
         needs_token=token_auth.rules.requires_token if token_auth is not None else None,
         bearer_format=token_format(settings.token.format).bearer_format,
@@ -165,6 +167,8 @@ def gates(
         guarded=lambda template: any(layer.applies({"path": template, SCOPE_API_VERSION: number}) for layer in guards),
         max_body_bytes=settings.middleware.max_body_bytes,
         timeout_secs=settings.middleware.timeout_secs,
+        permitted_roles=roles,
+        policy_digest=roles.digest if roles is not None else "",
     )
 
 

@@ -48,6 +48,9 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 
 BREAKER_STATES = {"closed": 0, "open": 1, "half_open": 2}
 
 
+OTHER_CALLER = "other"
+"""The ``caller`` of ``api_version_requests`` once ``metrics.version_callers`` distinct callers are counted."""
+
 _INSTRUMENTS = (
     "_version",
     "_duration",
@@ -105,8 +108,11 @@ _NOTHING = _Nothing()
 class Metrics:
     """The instruments of one app. ``Metrics.off()`` records nothing (``metrics.enabled = false``)."""
 
-    def __init__(self, *, enabled: bool = True, multiprocess_dir: str | None = None) -> None:
+    def __init__(self, *, enabled: bool = True, multiprocess_dir: str | None = None, version_callers: int = 0) -> None:
         self.enabled = enabled
+        self.version_callers = version_callers
+        """``metrics.version_callers``: the ``caller`` label's distinct values per process (0: no such label)."""
+        self._callers: set[str] = set()
         self.traced = False
         """Tracing is on: the outcomes recorded here also go on the current request's span."""
         self.registry = CollectorRegistry(auto_describe=True)
@@ -122,7 +128,7 @@ class Metrics:
             Counter(
                 "api_version_requests",
                 "Requests per API version (api.version.requests)",
-                ["version", "deprecated", "replacement_version"],
+                ["version", "deprecated", "replacement_version", *(["caller"] if version_callers else [])],
                 registry=registry,
             )
         )
@@ -214,9 +220,19 @@ class Metrics:
     def request_finished(self, method: str, route: str, status: int, seconds: float) -> None:
         self._duration(method_label(method), route, str(status)).observe(seconds)
 
-    def version_request(self, version: int, replacement: int | None) -> None:
+    def version_request(self, version: int, replacement: int | None, caller: str = "") -> None:
+        """Count one request under ``version``; ``caller`` is used when ``version_callers`` is on (the first
+        ``version_callers`` distinct callers by name, every later one as ``other``)."""
         deprecated = replacement is not None
-        self._version(f"v{version}", "true" if deprecated else "false", f"v{replacement}" if deprecated else "").inc()
+        labels = [f"v{version}", "true" if deprecated else "false", f"v{replacement}" if deprecated else ""]
+        if self.version_callers:
+            if caller not in self._callers:
+                if len(self._callers) >= self.version_callers:
+                    caller = OTHER_CALLER
+                else:
+                    self._callers.add(caller)
+            labels.append(caller)
+        self._version(*labels).inc()
 
     def rate_limited(self, bucket: str) -> None:
         self._rate_limited(bucket).inc()

@@ -102,7 +102,7 @@ def pipeline(
     exception_handlers: ExceptionHandlers | None = None,
 ) -> list[Step]:
     """The steps for these settings, outermost first (the order in the module docstring)."""
-    middleware = settings.middleware
+    middleware, form = settings.middleware, settings.service.deprecation_header
     listed: list[Step | None] = [
         Step("request_id", partial(RequestIdMiddleware, security=middleware.security_headers)),
         Step(
@@ -136,7 +136,7 @@ def pipeline(
         Step("compression", partial(CompressionMiddleware, settings=middleware.compression))
         if middleware.compression.enabled
         else None,
-        Step("deprecation", partial(DeprecationMiddleware, api=api, base_path=base_path, metrics=metrics)),
+        Step("deprecation", partial(DeprecationMiddleware, api=api, base_path=base_path, metrics=metrics, form=form)),
         Step("route_resolution", partial(RouteResolutionMiddleware, table=routes)),
         *_slot(Slot.TOKEN_AUTH, token_auth, operator),
         *_slot(Slot.RATE_LIMIT, rate_limit, operator),

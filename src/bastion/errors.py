@@ -14,6 +14,7 @@
     ├── NotFound                      404 NOT_FOUND
     ├── MethodNotAllowed              405 METHOD_NOT_ALLOWED
     ├── RequestTimeout                408 REQUEST_TIMEOUT (the body did not arrive in time)
+    ├── Gone                          410 GONE (a sunset API version)
     ├── PayloadTooLarge               413 PAYLOAD_TOO_LARGE
     ├── UnsupportedMediaType          415 UNSUPPORTED_MEDIA_TYPE
     ├── HeadersTooLarge               431 HEADERS_TOO_LARGE (written by the listener itself)
@@ -58,6 +59,7 @@ __all__ = [
     "CircuitOpen",
     "ConfigError",
     "GatewayTimeout",
+    "Gone",
     "HeadersTooLarge",
     "InvalidToken",
     "JsonTooDeep",
@@ -158,6 +160,12 @@ class MethodNotAllowed(BastionError):
     """The path exists but not for this method."""
 
     status, code, message, grpc_status = 405, "METHOD_NOT_ALLOWED", "Method not allowed", "UNIMPLEMENTED"
+
+
+class Gone(BastionError):
+    """The API version is past its enforced sunset, or in a brownout slot before it."""
+
+    status, code, message, grpc_status = 410, "GONE", "This API version is no longer served", "NOT_FOUND"
 
 
 class PayloadTooLarge(BastionError):

@@ -440,7 +440,8 @@ def test_a_misspelled_command_gets_a_suggestion() -> None:
     assert (result.returncode, result.stderr) == (2, "error: unknown command 'rnu'; did you mean 'run'?\n")
     result = bastion("frobnicate")
     assert result.stderr == (
-        "error: unknown command 'frobnicate' (commands: run, check-config, policy, dev-keys, dev-token, docs)\n"
+        "error: unknown command 'frobnicate' (commands: run, check-config, policy, deprecations, dev-keys, "
+        "dev-token, docs)\n"
     )
 
 

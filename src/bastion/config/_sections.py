@@ -58,6 +58,9 @@ class ServiceSettings(Section):
     api_docs_public: Bool = True
     """Serve each version's Swagger UI, ReDoc and OpenAPI document without a token or a policy decision
     (docs/api-docs.md); ``false`` puts them behind token auth and policy like any route."""
+    deprecation_header: Literal["version", "rfc9745"] = "version"
+    """The form of a deprecated version's ``Deprecation`` header: the spec's ``version="v1"``, or RFC 9745's
+    ``@<Unix seconds>`` of the date the version was deprecated (every deprecation then needs ``since``)."""
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServiceSettings:

@@ -13,8 +13,9 @@ from fastapi.routing import APIRoute
 from bastion._exception_handlers import ExceptionHandler, register
 from bastion.config import RouteRule
 from bastion.errors import ConfigError
-from bastion.routing._deprecation import Deprecation
+from bastion.routing._deprecation import Deprecation, HeaderForm
 from bastion.routing._limits import parse_rate
+from bastion.routing._sunset import Brownout
 from bastion.types import Headers
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -115,7 +116,7 @@ class VersionedApi:
         self.base_path = base_path
         self.versions: dict[int, ApiVersion] = {}
         self.deprecations: dict[int, Deprecation] = {}
-        self._headers: dict[int, Headers] = {}
+        self._headers: dict[tuple[int, HeaderForm], Headers] = {}
         self._openapi: dict[tuple[int, str, str, str], dict[str, Any]] = {}
 
     def version(
@@ -141,21 +142,42 @@ class VersionedApi:
         replacement: int,
         sunset: str | datetime | None = None,
         message: str | None = None,
+        enforce_sunset: bool = False,
+        brownout: Brownout | None = None,
+        since: str | datetime | None = None,
     ) -> None:
-        """Mark a registered version deprecated, with its replacement, optional RFC 3339 sunset and message."""
+        """Mark a registered version deprecated, with its replacement, optional RFC 3339 sunset and message,
+        sunset enforcement (410 from the sunset on), brownout schedule and deprecation date (see Deprecation)."""
         if number not in self.versions:
             raise ConfigError(f"cannot deprecate v{number}: it is not registered")
-        self._set_deprecation(number, Deprecation(replacement=replacement, sunset=sunset, message=message))
+        self._set_deprecation(
+            number,
+            Deprecation(
+                replacement=replacement,
+                sunset=sunset,
+                message=message,
+                enforce_sunset=enforce_sunset,
+                brownout=brownout,
+                since=since,
+            ),
+        )
 
     def _set_deprecation(self, number: int, deprecation: Deprecation) -> None:
         if deprecation.replacement == number:
             raise ConfigError(f"v{number} cannot be its own replacement")
         self.deprecations[number] = deprecation
-        self._headers[number] = deprecation.headers(number)
+        self._headers = {key: headers for key, headers in self._headers.items() if key[0] != number}
         self._openapi = {key: document for key, document in self._openapi.items() if key[0] != number}
 
-    def deprecation_headers(self, number: int) -> Headers:
-        return self._headers.get(number, [])
+    def deprecation_headers(self, number: int, form: HeaderForm = "version") -> Headers:
+        """The headers of a deprecated version's responses (none for a current one), built once per form."""
+        deprecation = self.deprecations.get(number)
+        if deprecation is None:
+            return []
+        headers = self._headers.get((number, form))
+        if headers is None:
+            headers = self._headers[(number, form)] = deprecation.headers(number, form)
+        return headers
 
     def validate(self) -> None:
         """Check cross-version facts once all versions are registered (at build)."""
