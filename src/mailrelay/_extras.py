@@ -22,7 +22,9 @@ DMARC = Extra(
     feature=f"{PREFIX}DMARC_MODE",
 )
 QUEUE = Extra(distribution=DISTRIBUTION, name="queue", modules=("nats",), feature=f"{PREFIX}QUEUE=jetstream")
-EXTRAS = (S3, DMARC, QUEUE)
+# The sender rules' Cedar engine (bastion_core._cedar, shared with Bastion; docs/installation.md)
+POLICY = Extra(distribution=DISTRIBUTION, name="policy", modules=("cedarpy",), feature=f"{PREFIX}SENDER_POLICY_FILE")
+EXTRAS = (S3, DMARC, QUEUE, POLICY)
 
 
 def configured(settings: Settings) -> tuple[Extra, ...]:
@@ -31,6 +33,7 @@ def configured(settings: Settings) -> tuple[Extra, ...]:
         S3: settings.attachment_delivery == "s3" and settings.s3_bucket is not None,
         DMARC: settings.dmarc_mode != "off",
         QUEUE: settings.queue == "jetstream" and settings.nats_url is not None,
+        POLICY: settings.sender_policy_file is not None,
     }
     return tuple(extra for extra in EXTRAS if on[extra])
 

@@ -22,6 +22,8 @@ from mailrelay._metrics import Delivery, RelayMetrics
 from mailrelay._parsing import MimePart, ParsedMessage, parse_message, scrub
 from mailrelay._payload import build_payload
 from mailrelay._processes import WorkerCrashed, WorkerProcesses
+from mailrelay._routing import DEFAULT_ROUTE
+from mailrelay._sender_rules import MessageFacts
 from mailrelay._target import DeliveryOutcome, DeliveryResult, DeliveryTarget
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._replies import Reply
@@ -34,6 +36,7 @@ PROCESS_WORK_LIMIT = 512 * 1024  # above it they go to a worker process: the GIL
 LOGGED_FILENAME_CHARS = 200
 
 T = TypeVar("T")
+DEFAULT_SENDER_POLICY_DENY_TEXT = "Message refused by the recipient's sender policy"
 
 log = structlog.get_logger("mailrelay.relay")
 
@@ -47,7 +50,24 @@ class MessageQueue(Protocol):
 
     def fits(self, size: int) -> bool: ...
 
-    async def enqueue(self, body: bytes, *, delivery_id: str) -> None: ...
+    async def enqueue(self, body: bytes, *, delivery_id: str, route: str | None = None) -> None: ...
+
+
+class SenderPolicy(Protocol):
+    """The sender rules (`_sender_rules.SenderRules`): whether the message's route receives it."""
+
+    def decide(self, facts: MessageFacts) -> SenderDecision: ...
+
+
+class SenderDecision(Protocol):
+    @property
+    def allowed(self) -> bool: ...
+
+    @property
+    def reasons(self) -> tuple[str, ...]: ...
+
+    @property
+    def errors(self) -> tuple[str, ...]: ...
 
 
 class Relay:
@@ -58,6 +78,9 @@ class Relay:
     temperror); the attachments' upload (451 when it fails); then the `target`. The reply is known only after the
     target answered: 250 delivered, 451 temporary (retries exhausted or the circuit is open; the sending server
     keeps the message), 554 refused by the target. The recipient in the payload is the first accepted one.
+    Each transaction has one route (`envelope.route`, set by the SMTP layer): its target from `route_targets` (by
+    route name; `target` for the default route and any other). A `sender_policy` decides after DMARC: a Deny (or an
+    evaluation error) answers `550 5.7.1 <sender_policy_deny_text>`.
     While the target pauses (its breaker is open) the reply is 451 at once, before any work.
 
     With a `queue` (queue mode) every check above still comes first, then the payload is queued instead of
@@ -73,6 +96,9 @@ class Relay:
         *,
         target: DeliveryTarget,
         attachment_policy: AttachmentPolicy,
+        route_targets: Mapping[str, DeliveryTarget] | None = None,
+        sender_policy: SenderPolicy | None = None,
+        sender_policy_deny_text: str = DEFAULT_SENDER_POLICY_DENY_TEXT,
         header_prefixes: Sequence[str] = (),
         attachment_sink: AttachmentSink | None = None,
         dmarc: DmarcEvaluator | None = None,
@@ -84,6 +110,9 @@ class Relay:
         random: Callable[[], float] = random.random,
     ) -> None:
         self.target = target
+        self.route_targets = dict(route_targets or {})
+        self.sender_policy = sender_policy
+        self.sender_denied = r.sender_policy_denied(sender_policy_deny_text)
         self.attachment_policy = attachment_policy
         self.header_prefixes = tuple(header_prefixes)
         self.attachment_sink: AttachmentSink = attachment_sink or InlineSink()
@@ -109,7 +138,11 @@ class Relay:
     async def handle_envelope(self, envelope: Envelope, session: Session) -> Reply:
         delivery_id = self._new_delivery_id()
         bound = log.bind(delivery_id=delivery_id, peer=session.peer_ip)
-        paused = self._paused(bound)
+        route = envelope.route.name if envelope.route is not None else None
+        target = self.route_targets.get(route or "", self.target)
+        if route is not None and self.route_targets:
+            bound = bound.bind(route=route)
+        paused = self._paused(target, bound)
         if paused is not None:
             return paused
         raw = envelope.content or b""
@@ -131,6 +164,18 @@ class Relay:
             refusal = self._dmarc_refusal(verdict, bound)
             if refusal is not None:
                 return refusal
+        if self.sender_policy is not None:
+            facts = MessageFacts(
+                sender=envelope.mail_from or "",
+                route=route or DEFAULT_ROUTE,
+                client_ip=session.peer_ip,
+                helo=session.helo or "",
+                size=len(raw),
+                attachment_types=[part.content_type for part in screened.kept],
+                verdict=verdict,
+            )
+            if not self._sender_allowed(self.sender_policy, facts, bound):
+                return self.sender_denied
         try:
             attachments = await self.attachment_sink.store(screened.kept, delivery_id=delivery_id)
         except AttachmentStoreFailed as exc:
@@ -160,14 +205,31 @@ class Relay:
         }
         if self.queue is not None:
             if self.queue.fits(len(body)):
-                return await self._enqueue(self.queue, body, delivery_id, attachments, bound, details)
+                return await self._enqueue(self.queue, body, delivery_id, route, attachments, bound, details)
             bound.info("message_too_large_for_queue", payload_size=len(body))
-        return await self._deliver(body, delivery_id, attachments, bound, details)
+        return await self._deliver(target, body, delivery_id, attachments, bound, details)
 
-    def _paused(self, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
+    def _sender_allowed(
+        self, policy: SenderPolicy, facts: MessageFacts, bound: structlog.typing.FilteringBoundLogger
+    ) -> bool:
+        """The sender policy's decision, logged when it refuses (an evaluation error refuses: fail closed)."""
+        decision = policy.decide(facts)
+        if not decision.allowed:
+            bound.info(
+                "message_refused",
+                reason="sender_policy",
+                policies=list(decision.reasons),
+                errors=list(decision.errors),
+                reply=550,
+            )
+            if self.metrics is not None:
+                self.metrics.sender_policy_denied()
+        return decision.allowed
+
+    def _paused(self, target: DeliveryTarget, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
         """Direct mode while the target pauses: nothing can be delivered for now, so say so (451) before parsing,
         checking or uploading anything."""
-        pause = self.target.pause() if self.queue is None else None
+        pause = target.pause() if self.queue is None else None
         if pause is None:
             return None
         bound.warning("message_deferred", reason="circuit_open", retry_in=round(pause.retry_in, 1))
@@ -194,6 +256,7 @@ class Relay:
 
     async def _deliver(
         self,
+        target: DeliveryTarget,
         body: bytes,
         delivery_id: str,
         attachments: Sequence[Attachment],
@@ -201,7 +264,7 @@ class Relay:
         details: Mapping[str, object],
     ) -> Reply:
         """Direct mode: the target's delivery with its retries; the reply follows from how it ended."""
-        result = await self.target.deliver(body, delivery_id=delivery_id)
+        result = await target.deliver(body, delivery_id=delivery_id)
         if not result.posted:
             await self.attachment_sink.discard(attachments)  # nothing was posted: no object is referenced
         bound.info(
@@ -220,12 +283,13 @@ class Relay:
         queue: MessageQueue,
         body: bytes,
         delivery_id: str,
+        route: str | None,
         attachments: Sequence[Attachment],
         bound: structlog.typing.FilteringBoundLogger,
         details: Mapping[str, object],
     ) -> Reply:
         try:
-            await queue.enqueue(body, delivery_id=delivery_id)
+            await queue.enqueue(body, delivery_id=delivery_id, route=route)
         except QueueUnavailable as exc:
             await self.attachment_sink.discard(attachments)  # nothing was queued: no object is referenced
             bound.warning("message_deferred", reason="queue_unavailable", error=exc.reason)

@@ -81,6 +81,21 @@ def parse_email_list(raw: str) -> frozenset[str]:
     return frozenset(emails)
 
 
+def parse_routes_file(raw: str) -> Path:
+    """A readable file (the routes file, the sender policy): checked here, read where it is used."""
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise ValueError("the path of a readable file")
+    return path
+
+
+def parse_sender_policy_text(raw: str) -> str:
+    """The text after `550 5.7.1 ` of a Deny: printable ASCII, one line, at most 200 characters."""
+    if len(raw) > 200 or not all(" " <= c <= "~" for c in raw):
+        raise ValueError("one line of printable ASCII text, at most 200 characters")
+    return raw
+
+
 def is_loopback_host(host: str) -> bool:
     """True for `localhost` and loopback IP literals (127.0.0.0/8, ::1), judged on the parsed host."""
     host = host.strip("[]").lower().rstrip(".")

@@ -66,7 +66,9 @@ from mailrelay._config.converters import (
     parse_region,
     parse_removed_breaker_threshold,
     parse_retries,
+    parse_routes_file,
     parse_secret,
+    parse_sender_policy_text,
     parse_stream_name,
     parse_tcp_port,
     parse_webhook_url,
@@ -74,6 +76,7 @@ from mailrelay._config.converters import (
     variable_name,
 )
 from mailrelay._config.descriptions import ALIASES, DESCRIPTIONS
+from mailrelay._routing import parse_pattern
 
 ENV_FILE = ".env"
 DEFAULT_PORT = 2525
@@ -100,6 +103,7 @@ DEFAULT_QUEUE_WORKERS = 16
 DEFAULT_QUEUE_MAX_ATTEMPTS = 25
 DEFAULT_QUEUE_MAX_AGE_SECS = 86_400.0  # a day; the sending server's own queue would have kept it ~5 days
 DEFAULT_QUEUE_ACK_WAIT_SECS = 60.0
+DEFAULT_SENDER_POLICY_DENY_TEXT = "Message refused by the recipient's sender policy"
 
 
 class Settings(BaseSettings):
@@ -125,8 +129,11 @@ class Settings(BaseSettings):
     tls_cert: PemPath = None
     tls_key: PemPath = Field(default=None, validate_default=True)
     webhook_allow_insecure: Annotated[bool, env(parse_boolean)] = False
-    target_emails: Annotated[frozenset[str], env(parse_email_list, required=True)]
-    webhook_url: str
+    # Recipient routing (docs/mailrelay.md "Recipient routing"): the routes file, then the default route's pair.
+    strip_recipient_tag: Annotated[bool, env(parse_boolean)] = False
+    routes_file: Annotated[Path | None, env(parse_routes_file)] = None
+    target_emails: Annotated[frozenset[str], env(parse_email_list)] = Field(default=frozenset(), validate_default=True)
+    webhook_url: str | None = Field(default=None, validate_default=True)
     bind_address: BindAddress = "0.0.0.0"
     port: Port = DEFAULT_PORT
     health_bind_address: BindAddress = "0.0.0.0"
@@ -192,6 +199,9 @@ class Settings(BaseSettings):
     queue_max_attempts: Annotated[int, env(parse_queue_attempts)] = DEFAULT_QUEUE_MAX_ATTEMPTS
     queue_max_age: PositiveSeconds = DEFAULT_QUEUE_MAX_AGE_SECS
     queue_ack_wait: PositiveSeconds = Field(default=DEFAULT_QUEUE_ACK_WAIT_SECS, validate_default=True)
+    # Sender rules (docs/mailrelay.md "Sender rules"): a Cedar policy per message; its Deny answers 550 5.7.1.
+    sender_policy_file: Annotated[Path | None, env(parse_routes_file)] = None
+    sender_policy_deny_text: Annotated[str, env(parse_sender_policy_text)] = DEFAULT_SENDER_POLICY_DENY_TEXT
 
     @field_validator("tls_key")
     @classmethod
@@ -217,11 +227,33 @@ class Settings(BaseSettings):
                 )
         return port
 
+    @field_validator("target_emails")
+    @classmethod
+    def _check_targets(cls, targets: frozenset[str], info: ValidationInfo) -> frozenset[str]:
+        """Each a pattern that can match (exact, *@domain, user+*@domain); required without a routes file."""
+        if not targets and info.data.get("routes_file") is None:
+            raise ConfigError.invalid(PREFIX + "TARGET_EMAILS", None, f"{REQUIRED[:-1]} without {PREFIX}ROUTES_FILE)")
+        strip_tag = bool(info.data.get("strip_recipient_tag", False))
+        for text in sorted(targets):
+            try:
+                parse_pattern(text, strip_tag=strip_tag)
+            except ValueError as exc:
+                raise ConfigError(f"{PREFIX}TARGET_EMAILS: {exc}") from None
+        return targets
+
     @field_validator("webhook_url", mode="before")
     @classmethod
     def _check_webhook_url(cls, raw: object, info: ValidationInfo) -> object:
+        """Required with MAIL_RELAY_TARGET_EMAILS (the default route), which is required without a routes file."""
         allow_insecure = bool(info.data.get("webhook_allow_insecure", False))
-        return read_variable(raw, lambda value: parse_webhook_url(value, allow_insecure=allow_insecure), required=True)
+        required = bool(info.data.get("target_emails")) or info.data.get("routes_file") is None
+        if raw is None:
+            if required:
+                raise ConfigError.invalid(PREFIX + "WEBHOOK_URL", None, REQUIRED)
+            return None
+        return read_variable(
+            raw, lambda value: parse_webhook_url(value, allow_insecure=allow_insecure), required=required
+        )
 
     @field_validator("s3_bucket")
     @classmethod
