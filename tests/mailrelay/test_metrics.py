@@ -59,6 +59,7 @@ DIRECT_FAMILIES = {
     "mailrelay_smtp_sessions_refused": "counter",
     "mailrelay_smtp_recipients": "counter",
     "mailrelay_smtp_messages": "counter",
+    "mailrelay_sender_policy_denials": "counter",
     "mailrelay_delivery_attempt_duration_seconds": "histogram",
     "mailrelay_deliveries": "counter",
     "mailrelay_webhook_duration_seconds": "histogram",  # deprecated aliases of the two above

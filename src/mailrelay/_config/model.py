@@ -227,12 +227,20 @@ class Settings(BaseSettings):
                 )
         return port
 
+    @field_validator("target_emails", mode="before")
+    @classmethod
+    def _blank_targets(cls, raw: object, info: ValidationInfo) -> object:
+        """A blank value is missing, and shown as given, when there is no routes file to take its place."""
+        if isinstance(raw, str) and not raw.strip() and info.data.get("routes_file") is None:
+            raise ValueError(REQUIRED)
+        return raw
+
     @field_validator("target_emails")
     @classmethod
     def _check_targets(cls, targets: frozenset[str], info: ValidationInfo) -> frozenset[str]:
         """Each a pattern that can match (exact, *@domain, user+*@domain); required without a routes file."""
         if not targets and info.data.get("routes_file") is None:
-            raise ConfigError.invalid(PREFIX + "TARGET_EMAILS", None, f"{REQUIRED[:-1]} without {PREFIX}ROUTES_FILE)")
+            raise ConfigError.invalid(PREFIX + "TARGET_EMAILS", None, REQUIRED)
         strip_tag = bool(info.data.get("strip_recipient_tag", False))
         for text in sorted(targets):
             try:
@@ -321,6 +329,8 @@ class _GivenSettings(Settings):
         return (init_settings,)
 
 
+REQUIRED_WITHOUT_ROUTES_FILE = ("target_emails", "webhook_url")
+"""Required unless MAIL_RELAY_ROUTES_FILE is set (`mailrelay --help` lists them as required)."""
 VARIABLES = frozenset(str(field.validation_alias) for field in Settings.model_fields.values())
 """Every MAIL_RELAY_* name a setting reads."""
 REMOVED_VARIABLES = frozenset({PREFIX + "CIRCUIT_BREAKER_THRESHOLD"})
@@ -400,7 +410,7 @@ def variable_defaults() -> list[tuple[str, str, str]]:
         if name in REMOVED_VARIABLES or field_name in old_names:
             continue
         default = field.default
-        if field.is_required():
+        if field.is_required() or field_name in REQUIRED_WITHOUT_ROUTES_FILE:
             shown = "required"
         elif default is None:
             shown = "unset"
@@ -416,7 +426,8 @@ def variable_defaults() -> list[tuple[str, str, str]]:
         if field_name in ALIASES:
             old = Settings.model_fields[ALIASES[field_name]].validation_alias
             description += f" (old name {old}, either works)"
-        (required if field.is_required() else optional).append((name, shown, description))
+        is_required = field.is_required() or field_name in REQUIRED_WITHOUT_ROUTES_FILE
+        (required if is_required else optional).append((name, shown, description))
     return [*required, *optional]
 
 
