@@ -13,7 +13,8 @@ import httpx
 from pydantic import BeforeValidator
 from pydantic_core import PydanticUseDefault
 
-from bastion_core import mask_url
+from bastion_core import ConfigError, mask_url
+from mailrelay._routing import parse_pattern
 
 PREFIX = "MAIL_RELAY_"
 MAX_WEBHOOK_RETRIES = 20
@@ -79,6 +80,19 @@ def parse_email_list(raw: str) -> frozenset[str]:
     if not emails or bad:
         raise ValueError("a comma-separated list of addresses like inbox@example.com")
     return frozenset(emails)
+
+
+def check_target_patterns(targets: frozenset[str], *, strip_tag: bool, required: bool) -> frozenset[str]:
+    """MAIL_RELAY_TARGET_EMAILS: each a pattern that can match (`mailrelay._routing.parse_pattern`); ConfigError
+    naming the first that cannot, or the missing value when `required` (no routes file)."""
+    if not targets and required:
+        raise ConfigError.invalid(PREFIX + "TARGET_EMAILS", None, REQUIRED)
+    for text in sorted(targets):
+        try:
+            parse_pattern(text, strip_tag=strip_tag)
+        except ValueError as exc:
+            raise ConfigError(f"{PREFIX}TARGET_EMAILS: {exc}") from None
+    return targets
 
 
 def parse_routes_file(raw: str) -> Path:

@@ -45,6 +45,7 @@ from mailrelay._config.converters import (
     PositiveInt,
     PositiveSeconds,
     QueueMode,
+    check_target_patterns,
     env,
     mask_nats_url,
     parse_boolean,
@@ -76,7 +77,6 @@ from mailrelay._config.converters import (
     variable_name,
 )
 from mailrelay._config.descriptions import ALIASES, DESCRIPTIONS
-from mailrelay._routing import parse_pattern
 
 ENV_FILE = ".env"
 DEFAULT_PORT = 2525
@@ -239,15 +239,8 @@ class Settings(BaseSettings):
     @classmethod
     def _check_targets(cls, targets: frozenset[str], info: ValidationInfo) -> frozenset[str]:
         """Each a pattern that can match (exact, *@domain, user+*@domain); required without a routes file."""
-        if not targets and info.data.get("routes_file") is None:
-            raise ConfigError.invalid(PREFIX + "TARGET_EMAILS", None, REQUIRED)
         strip_tag = bool(info.data.get("strip_recipient_tag", False))
-        for text in sorted(targets):
-            try:
-                parse_pattern(text, strip_tag=strip_tag)
-            except ValueError as exc:
-                raise ConfigError(f"{PREFIX}TARGET_EMAILS: {exc}") from None
-        return targets
+        return check_target_patterns(targets, strip_tag=strip_tag, required=info.data.get("routes_file") is None)
 
     @field_validator("webhook_url", mode="before")
     @classmethod
