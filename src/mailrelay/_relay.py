@@ -36,7 +36,6 @@ PROCESS_WORK_LIMIT = 512 * 1024  # above it they go to a worker process: the GIL
 LOGGED_FILENAME_CHARS = 200
 
 T = TypeVar("T")
-DEFAULT_SENDER_POLICY_DENY_TEXT = "Message refused by the recipient's sender policy"
 
 log = structlog.get_logger("mailrelay.relay")
 
@@ -98,7 +97,7 @@ class Relay:
         attachment_policy: AttachmentPolicy,
         route_targets: Mapping[str, DeliveryTarget] | None = None,
         sender_policy: SenderPolicy | None = None,
-        sender_policy_deny_text: str = DEFAULT_SENDER_POLICY_DENY_TEXT,
+        sender_policy_deny_text: str = r.DEFAULT_SENDER_POLICY_TEXT,
         header_prefixes: Sequence[str] = (),
         attachment_sink: AttachmentSink | None = None,
         dmarc: DmarcEvaluator | None = None,

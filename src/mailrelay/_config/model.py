@@ -77,6 +77,7 @@ from mailrelay._config.converters import (
     variable_name,
 )
 from mailrelay._config.descriptions import ALIASES, DESCRIPTIONS
+from mailrelay.smtp._replies import DEFAULT_SENDER_POLICY_TEXT
 
 ENV_FILE = ".env"
 DEFAULT_PORT = 2525
@@ -103,7 +104,6 @@ DEFAULT_QUEUE_WORKERS = 16
 DEFAULT_QUEUE_MAX_ATTEMPTS = 25
 DEFAULT_QUEUE_MAX_AGE_SECS = 86_400.0  # a day; the sending server's own queue would have kept it ~5 days
 DEFAULT_QUEUE_ACK_WAIT_SECS = 60.0
-DEFAULT_SENDER_POLICY_DENY_TEXT = "Message refused by the recipient's sender policy"
 
 
 class Settings(BaseSettings):
@@ -201,7 +201,7 @@ class Settings(BaseSettings):
     queue_ack_wait: PositiveSeconds = Field(default=DEFAULT_QUEUE_ACK_WAIT_SECS, validate_default=True)
     # Sender rules (docs/mailrelay.md "Sender rules"): a Cedar policy per message; its Deny answers 550 5.7.1.
     sender_policy_file: Annotated[Path | None, env(parse_routes_file)] = None
-    sender_policy_deny_text: Annotated[str, env(parse_sender_policy_text)] = DEFAULT_SENDER_POLICY_DENY_TEXT
+    sender_policy_deny_text: Annotated[str, env(parse_sender_policy_text)] = DEFAULT_SENDER_POLICY_TEXT
 
     @field_validator("tls_key")
     @classmethod

@@ -99,6 +99,9 @@ def dmarc_rejected(domain: str) -> Reply:
     return Reply(code=550, text=f"5.7.1 Message rejected: unauthenticated mail from {domain} (DMARC policy)")
 
 
+DEFAULT_SENDER_POLICY_TEXT = "Message refused by the recipient's sender policy"  # MAIL_RELAY_SENDER_POLICY_DENY_TEXT
+
+
 def sender_policy_denied(text: str) -> Reply:
     """550 5.7.1: the sender policy (MAIL_RELAY_SENDER_POLICY_FILE) denied the message; `text` is configured."""
     return Reply(code=550, text=f"5.7.1 {text}")
