@@ -143,7 +143,9 @@ class RelayMetrics:
         self._add_delivery_metrics(registry)
         self._add_content_metrics(registry, dmarc=dmarc)
         self._add_queue_metrics(queue_registry)
+        self._add_sender_metrics(registry)
         self._queue: _QueueCollector | None = None
+        self._breakers: _BreakerCollector | None = None
 
     def _add_smtp_metrics(self, registry: CollectorRegistry) -> None:
         """Sessions, recipients and messages, by the SMTP reply."""
@@ -217,6 +219,13 @@ class RelayMetrics:
             registry=registry,
         )
 
+    def _add_sender_metrics(self, registry: CollectorRegistry) -> None:
+        self._sender_denials = Counter(
+            "mailrelay_sender_policy_denials",
+            "Messages refused (550 5.7.1) by the sender policy (MAIL_RELAY_SENDER_POLICY_FILE).",
+            registry=registry,
+        )
+
     def _add_queue_metrics(self, registry: CollectorRegistry | None) -> None:
         """Queue mode's counters (exported only with a registry: in queue mode)."""
         self._publish_failures = Counter(
@@ -279,6 +288,9 @@ class RelayMetrics:
     def attachment_store_failed(self) -> None:
         self._store_failures.inc()
 
+    def sender_policy_denied(self) -> None:
+        self._sender_denials.inc()
+
     def queue_publish_failed(self) -> None:
         self._publish_failures.inc()
 
@@ -293,8 +305,12 @@ class RelayMetrics:
     def watch_sessions(self, count: Callable[[], int]) -> None:
         self._sessions.set_function(count)
 
-    def watch_breaker(self, breaker: CircuitBreaker) -> None:
-        self.registry.register(_BreakerCollector(breaker))
+    def watch_breaker(self, breaker: CircuitBreaker, *, target: str = WEBHOOK_TARGET) -> None:
+        """Export `breaker`'s state under the `target` label (`webhook`; `route:<name>` for a routes-file route)."""
+        if self._breakers is None:
+            self._breakers = _BreakerCollector()
+            self.registry.register(self._breakers)
+        self._breakers.breakers.append((target, breaker))
 
     def watch_queue(self, queue: QueueProbe) -> None:
         self._queue = _QueueCollector(queue)
@@ -333,16 +349,17 @@ class _BreakerCollector:
     alias). Read without moving the breaker (a scrape never makes its Open -> Half-Open transition: the next
     message does)."""
 
-    def __init__(self, breaker: CircuitBreaker) -> None:
-        self.breaker = breaker
+    def __init__(self) -> None:
+        self.breakers: list[tuple[str, CircuitBreaker]] = []
 
     def collect(self) -> Iterator[Metric]:
-        state = self.breaker.observed_state
         family = GaugeMetricFamily(
             CIRCUIT_STATE, "The delivery target's circuit breaker state (1 = current).", labels=["target", "state"]
         )
-        for each in BreakerState:
-            family.add_metric([WEBHOOK_TARGET, each.value], 1.0 if each is state else 0.0)
+        for target, breaker in self.breakers:
+            state = breaker.observed_state
+            for each in BreakerState:
+                family.add_metric([target, each.value], 1.0 if each is state else 0.0)
         yield family
         yield _alias(family)
 

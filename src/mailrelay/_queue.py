@@ -36,7 +36,7 @@ DELIVERY_ID_HEADER = "MailRelay-Delivery-Id"
 ACCEPTED_AT_HEADER = "MailRelay-Accepted-At"
 ERROR_HEADER = "MailRelay-Error"
 ATTEMPTS_HEADER = "MailRelay-Attempts"
-ROUTE_HEADER = "MailRelay-Route"  # the route that accepted the message, when it has a name; kept on its dead letter
+ROUTE_HEADER = "MailRelay-Route"  # the routes-file route of the message (absent: the default route)
 
 log = structlog.get_logger("mailrelay.queue")
 
@@ -171,7 +171,8 @@ class JetStreamQueue:
         return self._nc is not None and size + HEADER_ROOM <= self._nc.max_payload
 
     async def enqueue(self, body: bytes, *, delivery_id: str, route: str | None = None) -> None:
-        """Publish and wait for the stream's acknowledgement: stored (on disk, with file storage) when this returns."""
+        """Publish and wait for the stream's acknowledgement: stored (on disk, with file storage) when this returns.
+        `route` (the routes-file route the message takes) travels in the ROUTE_HEADER."""
         headers = {
             MSG_ID_HEADER: delivery_id,
             DELIVERY_ID_HEADER: delivery_id,
@@ -188,10 +189,9 @@ class JetStreamQueue:
             DELIVERY_ID_HEADER: message.delivery_id,
             ACCEPTED_AT_HEADER: f"{message.accepted_at:.3f}",
             ERROR_HEADER: error,
+            **({ROUTE_HEADER: message.route} if message.route is not None else {}),
             ATTEMPTS_HEADER: str(attempts),
         }
-        if message.route is not None:
-            headers[ROUTE_HEADER] = message.route
         await self._publish(self.dead_subject, message.body, headers)
 
     async def _publish(self, subject: str, body: bytes, headers: dict[str, str]) -> None:

@@ -24,6 +24,8 @@ from mailrelay._payload import build_payload
 from mailrelay._payload_v2 import MailAuth, Transaction, encode, payload_v2
 from mailrelay._processes import WorkerCrashed, WorkerProcesses
 from mailrelay._raw import RawMessage, RawStore
+from mailrelay._routing import DEFAULT_ROUTE
+from mailrelay._sender_rules import MessageFacts
 from mailrelay._target import DeliveryOutcome, DeliveryResult, DeliveryTarget
 from mailrelay.smtp import _replies as r
 from mailrelay.smtp._replies import Reply
@@ -51,7 +53,24 @@ class MessageQueue(Protocol):
 
     def fits(self, size: int) -> bool: ...
 
-    async def enqueue(self, body: bytes, *, delivery_id: str) -> None: ...
+    async def enqueue(self, body: bytes, *, delivery_id: str, route: str | None = None) -> None: ...
+
+
+class SenderPolicy(Protocol):
+    """The sender rules (`_sender_rules.SenderRules`): whether the message's route receives it."""
+
+    def decide(self, facts: MessageFacts) -> SenderDecision: ...
+
+
+class SenderDecision(Protocol):
+    @property
+    def allowed(self) -> bool: ...
+
+    @property
+    def reasons(self) -> tuple[str, ...]: ...
+
+    @property
+    def errors(self) -> tuple[str, ...]: ...
 
 
 class Relay:
@@ -63,6 +82,9 @@ class Relay:
     451 when its upload fails); then the `target`. The reply is known only after the
     target answered: 250 delivered, 451 temporary (retries exhausted or the circuit is open; the sending server
     keeps the message), 554 refused by the target. The recipient in the payload is the first accepted one.
+    Each transaction has one route (`envelope.route`, set by the SMTP layer): its target from `route_targets` (by
+    route name; `target` for the default route and any other). A `sender_policy` decides after DMARC: a Deny (or an
+    evaluation error) answers `550 5.7.1 <sender_policy_deny_text>`.
     While the target pauses (its breaker is open) the reply is 451 at once, before any work.
 
     With a `queue` (queue mode) every check above still comes first, then the payload is queued instead of
@@ -78,6 +100,9 @@ class Relay:
         *,
         target: DeliveryTarget,
         attachment_policy: AttachmentPolicy,
+        route_targets: Mapping[str, DeliveryTarget] | None = None,
+        sender_policy: SenderPolicy | None = None,
+        sender_policy_deny_text: str = r.DEFAULT_SENDER_POLICY_TEXT,
         header_prefixes: Sequence[str] = (),
         attachment_sink: AttachmentSink | None = None,
         dmarc: DmarcEvaluator | None = None,
@@ -91,6 +116,9 @@ class Relay:
         random: Callable[[], float] = random.random,
     ) -> None:
         self.target = target
+        self.route_targets = dict(route_targets or {})
+        self.sender_policy = sender_policy
+        self.sender_denied = r.sender_policy_denied(sender_policy_deny_text)
         self.attachment_policy = attachment_policy
         self.header_prefixes = tuple(header_prefixes)
         self.attachment_sink: AttachmentSink = attachment_sink or InlineSink()
@@ -118,7 +146,11 @@ class Relay:
     async def handle_envelope(self, envelope: Envelope, session: Session) -> Reply:
         delivery_id = self._new_delivery_id()
         bound = log.bind(delivery_id=delivery_id, peer=session.peer_ip)
-        paused = self._paused(bound)
+        route = envelope.route.name if envelope.route is not None else None
+        target = self.route_targets.get(route or "", self.target)
+        if route is not None and self.route_targets:
+            bound = bound.bind(route=route)
+        paused = self._paused(target, bound)
         if paused is not None:
             return paused
         raw = envelope.content or b""
@@ -140,6 +172,18 @@ class Relay:
             refusal = self._dmarc_refusal(verdict, bound)
             if refusal is not None:
                 return refusal
+        if self.sender_policy is not None:
+            facts = MessageFacts(
+                sender=envelope.mail_from or "",
+                route=route or DEFAULT_ROUTE,
+                client_ip=session.peer_ip,
+                helo=session.helo or "",
+                size=len(raw),
+                attachment_types=[part.content_type for part in screened.kept],
+                verdict=verdict,
+            )
+            if not self._sender_allowed(self.sender_policy, facts, bound):
+                return self.sender_denied
         stored = await self._store(screened, raw, delivery_id, bound)
         if isinstance(stored, Reply):
             return stored
@@ -154,7 +198,7 @@ class Relay:
                 header_prefixes=self.header_prefixes,
                 attachments=attachments,
                 dmarc=verdict,
-                transaction=_transaction(envelope, session, len(raw)) if self.payload_version == 2 else None,
+                transaction=_transaction(envelope, session, len(raw)) if self._version(envelope) == 2 else None,
                 raw=raw_message,
             ),
         )
@@ -166,9 +210,18 @@ class Relay:
         }
         if self.queue is not None:
             if self.queue.fits(len(body)):
-                return await self._enqueue(self.queue, body, delivery_id, (attachments, raw_message), bound, details)
+                return await self._enqueue(
+                    self.queue, body, delivery_id, route, (attachments, raw_message), bound, details
+                )
             bound.info("message_too_large_for_queue", payload_size=len(body))
-        return await self._deliver(body, delivery_id, (attachments, raw_message), bound, details)
+        return await self._deliver(target, body, delivery_id, (attachments, raw_message), bound, details)
+
+    def _version(self, envelope: Envelope) -> int:
+        """The payload version: the route's (routes file) when it sets one, else MAIL_RELAY_PAYLOAD_VERSION."""
+        route = envelope.route
+        if route is not None and route.payload_version is not None:
+            return route.payload_version
+        return self.payload_version
 
     async def _store(
         self, screened: Screened, raw: bytes, delivery_id: str, bound: structlog.typing.FilteringBoundLogger
@@ -205,10 +258,27 @@ class Relay:
         if raw_message is not None and self.raw_store is not None:
             await self.raw_store.discard(raw_message)
 
-    def _paused(self, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
+    def _sender_allowed(
+        self, policy: SenderPolicy, facts: MessageFacts, bound: structlog.typing.FilteringBoundLogger
+    ) -> bool:
+        """The sender policy's decision, logged when it refuses (an evaluation error refuses: fail closed)."""
+        decision = policy.decide(facts)
+        if not decision.allowed:
+            bound.info(
+                "message_refused",
+                reason="sender_policy",
+                policies=list(decision.reasons),
+                errors=list(decision.errors),
+                reply=550,
+            )
+            if self.metrics is not None:
+                self.metrics.sender_policy_denied()
+        return decision.allowed
+
+    def _paused(self, target: DeliveryTarget, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
         """Direct mode while the target pauses: nothing can be delivered for now, so say so (451) before parsing,
         checking or uploading anything."""
-        pause = self.target.pause() if self.queue is None else None
+        pause = target.pause() if self.queue is None else None
         if pause is None:
             return None
         bound.warning("message_deferred", reason="circuit_open", retry_in=round(pause.retry_in, 1))
@@ -235,6 +305,7 @@ class Relay:
 
     async def _deliver(
         self,
+        target: DeliveryTarget,
         body: bytes,
         delivery_id: str,
         stored: Stored,
@@ -242,7 +313,7 @@ class Relay:
         details: Mapping[str, object],
     ) -> Reply:
         """Direct mode: the target's delivery with its retries; the reply follows from how it ended."""
-        result = await self.target.deliver(body, delivery_id=delivery_id)
+        result = await target.deliver(body, delivery_id=delivery_id)
         if not result.posted:
             await self._discard(stored)
         bound.info(
@@ -261,12 +332,13 @@ class Relay:
         queue: MessageQueue,
         body: bytes,
         delivery_id: str,
+        route: str | None,
         stored: Stored,
         bound: structlog.typing.FilteringBoundLogger,
         details: Mapping[str, object],
     ) -> Reply:
         try:
-            await queue.enqueue(body, delivery_id=delivery_id)
+            await queue.enqueue(body, delivery_id=delivery_id, route=route)
         except QueueUnavailable as exc:
             await self._discard(stored)
             bound.warning("message_deferred", reason="queue_unavailable", error=exc.reason)

@@ -14,7 +14,7 @@ from bastion_core import UNKNOWN_VARIABLE_EVENT, ConfigError, configure_logging
 from bastion_core._manual import output_closed
 from bastion_core._manual import show as show_docs
 from mailrelay import _extras as extras
-from mailrelay._assembly import USER_AGENT, dmarc_checker, serve
+from mailrelay._assembly import USER_AGENT, dmarc_checker, sender_rules, serve
 from mailrelay._config import (
     load_settings,
     mask_nats_url,
@@ -23,6 +23,7 @@ from mailrelay._config import (
     unknown_variables,
     variable_defaults,
 )
+from mailrelay._config.routes import relay_routes
 from mailrelay._errors import ListenFailed, QueueUnavailable
 from mailrelay._tls import server_context
 from mailrelay.smtp import _compat as smtp_compat
@@ -93,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tls_context, generated = server_context(settings.tls_cert, settings.tls_key)
         extras.check(settings)  # a configured feature without its extra: one line
         dmarc = dmarc_checker(settings)
+        routes = relay_routes(settings)  # a never-matching pattern or two overlapping routes: one line
+        sender = sender_rules(settings)
         smtp_compat.check()  # the SMTP session limits rely on aiosmtpd internals
     except ConfigError as exc:
         print(f"mailrelay: configuration error: {exc}", file=sys.stderr)
@@ -106,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             hint="set MAIL_RELAY_TLS_CERT and MAIL_RELAY_TLS_KEY to serve a trusted certificate",
         )
     try:
-        asyncio.run(serve(settings, tls_context, dmarc))
+        asyncio.run(serve(settings, tls_context, dmarc, routes=routes, sender=sender))
     except ListenFailed as exc:
         log.error("listen_failed", variables=exc.variables, address=exc.address, error=exc.reason)
         return EXIT_LISTEN

@@ -40,9 +40,14 @@ MAILRELAY_EXTRAS = {
         {"MAIL_RELAY_QUEUE": "jetstream", "MAIL_RELAY_NATS_URL": "nats://127.0.0.1:4222"},
         "MAIL_RELAY_QUEUE=jetstream",
     ),
+    # cedarpy is Bastion's own dependency, optional only for MailRelay (its sender rules)
+    "policy": ("cedarpy", {"MAIL_RELAY_SENDER_POLICY_FILE": str(ROOT / "README.md")}, "MAIL_RELAY_SENDER_POLICY_FILE"),
 }
 EVERY_OPTIONAL = ",".join(
-    [*(blocked for blocked, _, _ in BASTION_EXTRAS.values()), *(blocked for blocked, _, _ in MAILRELAY_EXTRAS.values())]
+    [
+        *(blocked for blocked, _, _ in BASTION_EXTRAS.values()),
+        *(blocked for extra, (blocked, _, _) in MAILRELAY_EXTRAS.items() if extra != "policy"),
+    ]
 )
 
 
@@ -178,6 +183,21 @@ with ServiceClient(service, environ={"SERVICE_TOKEN_ENABLED": "false"}) as clien
     published = client.broker.published("orders.>")
 print("deliveries", seen, len(published))
 """
+
+
+MAILRELAY_PROBE = """
+import sys
+import mailrelay, mailrelay.cli, mailrelay.testing
+from mailrelay import _assembly, _relay
+print("cedarpy" in sys.modules)
+"""
+
+
+def test_mailrelay_imports_without_cedarpy() -> None:
+    """Only a configured sender policy imports Cedar (mailrelay[policy])."""
+    result = _run([sys.executable, "-c", MAILRELAY_PROBE], blocked="cedarpy")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "False"
 
 
 def test_the_in_memory_test_broker_needs_no_broker_extra() -> None:

@@ -56,7 +56,10 @@ def test_help_lists_every_variable_once_the_required_first(flag: str, capsys: py
     old_name = "MAIL_RELAY_MAX_ATTACHMENT_SIZE"
     assert set(names) == VARIABLES - REMOVED_VARIABLES - {old_name}  # every variable a setting reads, once
     assert names[:2] == ["MAIL_RELAY_TARGET_EMAILS", "MAIL_RELAY_WEBHOOK_URL"]
-    assert rows["MAIL_RELAY_TARGET_EMAILS"] == ("required", "comma-separated recipient addresses to accept")
+    assert rows["MAIL_RELAY_TARGET_EMAILS"] == (
+        "required",
+        "comma-separated recipients to accept: addresses, *@domain, user+*@domain (required without ROUTES_FILE)",
+    )
     assert rows["MAIL_RELAY_PORT"] == ("2525", "SMTP port")
     assert rows["MAIL_RELAY_ATTACHMENT_MAX_BYTES"] == (
         "10485760",

@@ -13,7 +13,8 @@ import httpx
 from pydantic import BeforeValidator
 from pydantic_core import PydanticUseDefault
 
-from bastion_core import mask_url
+from bastion_core import ConfigError, mask_url
+from mailrelay._routing import parse_pattern
 
 PREFIX = "MAIL_RELAY_"
 MAX_WEBHOOK_RETRIES = 20
@@ -81,6 +82,34 @@ def parse_email_list(raw: str) -> frozenset[str]:
     if not emails or bad:
         raise ValueError("a comma-separated list of addresses like inbox@example.com")
     return frozenset(emails)
+
+
+def check_target_patterns(targets: frozenset[str], *, strip_tag: bool, required: bool) -> frozenset[str]:
+    """MAIL_RELAY_TARGET_EMAILS: each a pattern that can match (`mailrelay._routing.parse_pattern`); ConfigError
+    naming the first that cannot, or the missing value when `required` (no routes file)."""
+    if not targets and required:
+        raise ConfigError.invalid(PREFIX + "TARGET_EMAILS", None, REQUIRED)
+    for text in sorted(targets):
+        try:
+            parse_pattern(text, strip_tag=strip_tag)
+        except ValueError as exc:
+            raise ConfigError(f"{PREFIX}TARGET_EMAILS: {exc}") from None
+    return targets
+
+
+def parse_routes_file(raw: str) -> Path:
+    """A readable file (the routes file, the sender policy): checked here, read where it is used."""
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise ValueError("the path of a readable file")
+    return path
+
+
+def parse_sender_policy_text(raw: str) -> str:
+    """The text after `550 5.7.1 ` of a Deny: printable ASCII, one line, at most 200 characters."""
+    if len(raw) > 200 or not all(" " <= c <= "~" for c in raw):
+        raise ValueError("one line of printable ASCII text, at most 200 characters")
+    return raw
 
 
 def is_loopback_host(host: str) -> bool:

@@ -9,8 +9,13 @@ ALIASES = {"attachment_max_bytes": "max_attachment_size"}
 """A setting read under a second, older name too: listed once, under the new name, with the old one named."""
 
 DESCRIPTIONS = {
-    "target_emails": "comma-separated recipient addresses to accept",
-    "webhook_url": "where payloads are POSTed (https://, or http:// to a loopback host)",
+    "target_emails": "comma-separated recipients to accept: addresses, *@domain, user+*@domain (required without "
+    "ROUTES_FILE)",
+    "webhook_url": "where payloads are POSTed (https://, or http:// to a loopback host; required with TARGET_EMAILS)",
+    "strip_recipient_tag": "true: match recipients without their +tag (user+news@x as user@x)",
+    "routes_file": "TOML file of [[route]]s: patterns -> webhook_url, signing_secret, payload_version",
+    "sender_policy_file": "Cedar policy deciding per message (action Receive); Deny answers 550 5.7.1",
+    "sender_policy_deny_text": "text of the 550 5.7.1 a Deny of the sender policy answers",
     "tls_cert": "PEM certificate chain for STARTTLS (with TLS_KEY; unset: a self-signed one)",
     "tls_key": "PEM private key for STARTTLS (with TLS_CERT)",
     "webhook_allow_insecure": "true: plain http:// to any host",

@@ -344,9 +344,17 @@ class RelaySMTP(SmtpTransport):
         if rest and rest.strip():
             await self._push(r.PARAMETERS_NOT_IMPLEMENTED if session.extended else r.RCPT_TO_SYNTAX)
             return
-        if address.lower() in self.options.targets:
-            if address.lower() not in (a.lower() for a in session.envelope.recipients):
-                session.envelope.recipients.append(address)
+        assert self.options.router is not None  # set by SmtpOptions.__post_init__
+        route = self.options.router.route_for(address)
+        if route is not None:
+            envelope = session.envelope
+            if envelope.route is not None and route is not envelope.route:
+                # one webhook per transaction: the client sends this recipient again in a new one (RFC 5321 4.5.3.1.10)
+                await self._answer_recipient(r.OTHER_ROUTE)
+                return
+            envelope.route = route
+            if address.lower() not in (a.lower() for a in envelope.recipients):
+                envelope.recipients.append(address)
             session.apply(Event.RECIPIENT_ACCEPTED)
             await self._answer_recipient(r.OK)
             return
@@ -358,6 +366,7 @@ class RelaySMTP(SmtpTransport):
             self.close_with(r.TOO_MANY_UNKNOWN_RCPTS)
             return
         session.envelope.recipients.clear()
+        session.envelope.route = None
         session.apply(Event.RECIPIENT_UNKNOWN)
         await self._answer_recipient(r.NO_SUCH_USER)
 
