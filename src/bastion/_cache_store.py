@@ -42,6 +42,13 @@ class CacheStore(Protocol):
 
     async def exists(self, key: str) -> bool: ...
 
+    async def claim(self, key: str, value: bytes, *, ttl_secs: float) -> bytes | None:
+        """Set ``key`` to ``value`` unless it exists, atomically: ``None`` when set, else the value already there
+        (unchanged). On Redis/Valkey one ``SET NX GET`` (Redis 7+)."""
+        ...
+
+    async def delete(self, key: str) -> None: ...
+
     async def ping(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -76,6 +83,15 @@ class MemoryCacheStore:
 
     async def exists(self, key: str) -> bool:
         return await self.get(key) is not None
+
+    async def claim(self, key: str, value: bytes, *, ttl_secs: float) -> bytes | None:
+        current = await self.get(key)
+        if current is None:
+            await self.set(key, value, ttl_secs=ttl_secs)
+        return current
+
+    async def delete(self, key: str) -> None:
+        self._data.pop(key, None)
 
     async def ping(self) -> None:
         return None
@@ -142,6 +158,23 @@ class RedisCacheStore:
             raise self._failed(exc) from exc
         self._ok()
         return bool(found)
+
+    async def claim(self, key: str, value: bytes, *, ttl_secs: float) -> bytes | None:
+        try:
+            current = await self.client.set(key, value, px=max(1, round(ttl_secs * 1000)), nx=True, get=True)
+        except (self._redis_error, OSError) as exc:
+            raise self._failed(exc) from exc
+        self._ok()
+        if current is None or isinstance(current, bytes):
+            return current
+        return str(current).encode()
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self.client.delete(key)
+        except (self._redis_error, OSError) as exc:
+            raise self._failed(exc) from exc
+        self._ok()
 
     async def ping(self) -> None:
         try:

@@ -27,6 +27,8 @@ The capability steps are guards (``bastion._guard``): one check and its exemptio
     token_auth          401; then the operator's Slot.TOKEN_AUTH layers               (a key in [token])
     rate_limit          429; then the operator's Slot.RATE_LIMIT layers               ([rate_limit])
     policy              403; then the operator's Slot.POLICY layers                   (a policy_path in [policy])
+    idempotency         a repeated Idempotency-Key replays the stored response; 400/409/422/503
+                        (HTTP only; on when [idempotency] routes or a route's idempotency=True name a route)
     resilience          one step per service.use_resilience(...) (bulkhead inside breaker -> 503); then the
                         operator's Slot.RESILIENCE layers
     (dispatch)          /health, /ready, versioned routes, frontend routes, fallback
@@ -96,6 +98,7 @@ def pipeline(
     token_auth: Guard | None,
     rate_limit: Guard | None,
     policy: Guard | None,
+    idempotency: Layer | None = None,
     resilience: Sequence[tuple[str, Guard]] = (),
     operator: Mapping[Slot, Sequence[SlotUse]],
     builtin_paths: frozenset[str] = frozenset(),
@@ -141,6 +144,7 @@ def pipeline(
         *_slot(Slot.TOKEN_AUTH, token_auth, operator),
         *_slot(Slot.RATE_LIMIT, rate_limit, operator),
         *_slot(Slot.POLICY, policy, operator),
+        Step("idempotency", idempotency) if idempotency is not None else None,
         *(step for name, layer in resilience for step in _slot(Slot.RESILIENCE, layer, {}, named=name)),
         *_slot(Slot.RESILIENCE, None, operator),
     ]
