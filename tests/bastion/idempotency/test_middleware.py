@@ -16,13 +16,17 @@ from bastion.testing import AsyncServiceClient, ServiceClient
 KEY = {"Idempotency-Key": '"order-1"'}
 
 
-def orders_service(calls: list[str], gate: asyncio.Event | None = None) -> Service:
+def orders_service(
+    calls: list[str], gate: asyncio.Event | None = None, entered: asyncio.Event | None = None
+) -> Service:
     service = Service("orders")
     v1 = service.version(1)
 
     @v1.post("/orders", status_code=201, idempotency=True)
     async def create_order(request: Request) -> dict[str, object]:
         calls.append("create")
+        if entered is not None:
+            entered.set()
         if gate is not None:
             await gate.wait()
         body = await request.json()
@@ -88,12 +92,11 @@ def test_the_same_key_with_another_body_is_422(tmp_path: Path) -> None:
 
 async def test_the_same_key_while_the_first_request_runs_is_409(tmp_path: Path) -> None:
     calls: list[str] = []
-    gate = asyncio.Event()
-    async with AsyncServiceClient(orders_service(calls, gate), config=config(tmp_path)) as client:
+    gate, entered = asyncio.Event(), asyncio.Event()
+    async with AsyncServiceClient(orders_service(calls, gate, entered), config=config(tmp_path)) as client:
         alice = client.as_user("alice")
         first = asyncio.create_task(alice.post("/api/v1/orders", json={"item": "book"}, headers=KEY))
-        while not calls:
-            await asyncio.sleep(0.001)
+        await entered.wait()
         second = await alice.post("/api/v1/orders", json={"item": "book"}, headers=KEY)
         gate.set()
         assert (await first).status_code == 201
@@ -192,7 +195,9 @@ def test_a_store_outage_fails_closed_with_503_and_runs_nothing(tmp_path: Path) -
 
 def test_a_store_outage_with_fail_open_runs_the_handler(tmp_path: Path) -> None:
     calls: list[str] = []
-    text = '[cache_store]\nurl = "redis://127.0.0.1:9"\ntimeout_secs = 0.2\n[idempotency]\non_store_error = "fail_open"\n'
+    text = (
+        '[cache_store]\nurl = "redis://127.0.0.1:9"\ntimeout_secs = 0.2\n[idempotency]\non_store_error = "fail_open"\n'
+    )
     with ServiceClient(orders_service(calls), config=config(tmp_path, text)) as client:
         ran = client.as_user("alice").post("/api/v1/orders", json={"item": "book"}, headers=KEY)
     assert ran.status_code == 201

@@ -72,12 +72,12 @@ class TestPlanSelection:
         assert unknown == []
 
     def test_plans_without_a_claim_are_refused(self) -> None:
-        with pytest.raises(ValidationError, match="rate_limit.plan_claim is not"):
+        with pytest.raises(ValidationError, match=r"rate_limit\.plan_claim is not"):
             RateLimitSettings.model_validate({"plans": {"pro": {"per_day": 1}}})
 
     def test_a_plan_window_equal_to_window_secs_is_refused(self) -> None:
         settings = RateLimitSettings.model_validate({**PLANS, "window_secs": 86_400})
-        with pytest.raises(ConfigError, match="rate_limit.plans.pro: a 86400-second window"):
+        with pytest.raises(ConfigError, match=r"rate_limit\.plans\.pro: a 86400-second window"):
             RuleSet.from_settings(settings)
 
 
