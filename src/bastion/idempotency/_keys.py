@@ -7,14 +7,14 @@ printable ASCII characters (0x20-0x7E), else IdempotencyKeyInvalid (400).
 A record lives in the cache store under ``idempotency:<sha256 of caller and key>``: the caller (``user:<sub>`` or
 ``client:<client_id>``) is part of the hash, so one caller's key never finds another caller's response, whatever
 the clocks of the instances say. The record is ``R<fingerprint>`` while the first request runs and
-``D<fingerprint><meta JSON>\\n<body>`` once its response is stored.
+``D<fingerprint><status and headers as in an HTTP head>\\r\\n\\r\\n<body>`` once its response is stored.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
+import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -26,6 +26,7 @@ RUNNING = b"R"
 DONE = b"D"
 FINGERPRINT_LENGTH = 64
 MATCH_CACHE_SIZE = 4096
+_PRINTABLE = re.compile(rb"[\x20-\x7e]+")
 
 
 def parse_key(raw: bytes, *, max_length: int) -> str:
@@ -36,7 +37,7 @@ def parse_key(raw: bytes, *, max_length: int) -> str:
         text = text[1:-1]
         if b'"' in text or b"\\" in text:
             raise IdempotencyKeyInvalid()
-    if not text or len(text) > max_length or any(byte < 0x20 or byte > 0x7E for byte in text):
+    if not text or len(text) > max_length or _PRINTABLE.fullmatch(text) is None:
         raise IdempotencyKeyInvalid(f"Idempotency-Key must be 1 to {max_length} printable ASCII characters")
     return text.decode("ascii")
 
@@ -74,8 +75,10 @@ def running_record(print_: bytes) -> bytes:
 
 
 def done_record(print_: bytes, status: int, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> bytes:
-    meta = {"status": status, "headers": [[name.decode("latin-1"), value.decode("latin-1")] for name, value in headers]}
-    return DONE + print_ + json.dumps(meta, separators=(",", ":")).encode() + b"\n" + body
+    """``D<fingerprint><status>\\r\\n<name>: <value>\\r\\n...\\r\\n\\r\\n<body>``: the shape of an HTTP response head
+    (a header name or value never holds CR or LF), written and read without a JSON round."""
+    head = b"\r\n".join([b"%d" % status, *(name + b": " + value for name, value in headers)])
+    return b"".join((DONE, print_, head, b"\r\n\r\n", body))
 
 
 def read_record(raw: bytes) -> Stored | None:
@@ -85,14 +88,12 @@ def read_record(raw: bytes) -> Stored | None:
         return Stored(print_)
     if kind != DONE:
         return None
-    meta_text, newline, body = raw[1 + FINGERPRINT_LENGTH :].partition(b"\n")
-    try:
-        meta = json.loads(meta_text)
-        headers = tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in meta["headers"])
-        status = int(meta["status"])
-    except (ValueError, KeyError, TypeError, AttributeError):
+    head, blank, body = raw[1 + FINGERPRINT_LENGTH :].partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    if not blank or not status.isdigit() or any(b": " not in line for line in lines):
         return None
-    return Stored(print_, status, headers, body) if newline else None
+    headers = tuple((name, value) for name, _, value in (line.partition(b": ") for line in lines))
+    return Stored(print_, int(status), headers, body)
 
 
 class IdempotentRoutes:

@@ -80,7 +80,7 @@ def test_a_running_record_reads_back_as_running() -> None:
     assert stored is not None and stored.running and stored.fingerprint == print_
 
 
-@pytest.mark.parametrize("raw", [b"", b"X" + b"0" * 64, b"D" + b"0" * 64 + b"{not json\n", b"R" + b"0" * 10])
+@pytest.mark.parametrize("raw", [b"", b"X" + b"0" * 64, b"D" + b"0" * 64 + b"2x0\r\n\r\n", b"R" + b"0" * 10])
 def test_an_unreadable_record_is_none(raw: bytes) -> None:
     assert read_record(raw) is None
 
