@@ -22,6 +22,7 @@ from bastion import _extras as extras
 from bastion._api_docs import ApiDocs
 from bastion._app_settings import app_settings
 from bastion._audit import Auditor
+from bastion._cache_store import MemoryCacheStore
 from bastion._claims import current_claims, optional_claims
 from bastion._compat import fastapi as fastapi_compat
 from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
@@ -151,12 +152,17 @@ def idempotency_layer(
             patterns += [f"{method} {prefix}{template}" for method in sorted(route.methods or ())]
     if not patterns:
         return None
+    idempotency = settings.idempotency
+    if idempotency.in_flight_secs < settings.middleware.timeout_secs:
+        raise ConfigError(
+            f"idempotency.in_flight_secs = {idempotency.in_flight_secs} is shorter than middleware.timeout_secs = "
+            f"{settings.middleware.timeout_secs:g}: a retry could run while the first request still does"
+        )
+    store = security.cache_store
+    if isinstance(store, MemoryCacheStore):  # the records get a store of their own, with a byte cap
+        store = MemoryCacheStore(max_bytes=idempotency.memory_max_bytes)
     return partial(
-        IdempotencyMiddleware,
-        settings=settings.idempotency,
-        routes=IdempotentRoutes(patterns),
-        store=security.cache_store,
-        metrics=metrics,
+        IdempotencyMiddleware, settings=idempotency, routes=IdempotentRoutes(patterns), store=store, metrics=metrics
     )
 
 

@@ -14,6 +14,7 @@ StoreErrorMode = Literal["fail_closed", "local"]
 DEFAULT_IDEMPOTENCY_TTL_SECS = 86_400
 DEFAULT_IDEMPOTENCY_KEY_LENGTH = 255
 DEFAULT_IDEMPOTENCY_RESPONSE_BYTES = 1_048_576
+DEFAULT_IDEMPOTENCY_MEMORY_BYTES = 64 * 1_048_576
 
 
 class RouteRule(Section):
@@ -98,3 +99,5 @@ class IdempotencySettings(Section):
     max_response_bytes: PositiveInt = DEFAULT_IDEMPOTENCY_RESPONSE_BYTES
     on_store_error: Literal["fail_closed", "fail_open"] = "fail_closed"
     """While the cache store is down: 503 without running the handler, or run it without idempotency."""
+    memory_max_bytes: PositiveInt = DEFAULT_IDEMPOTENCY_MEMORY_BYTES
+    """Without ``cache_store.url``: the records' bytes held in this process; past it the oldest are forgotten."""

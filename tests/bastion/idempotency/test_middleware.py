@@ -10,7 +10,7 @@ import pytest
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from bastion import Service
+from bastion import ConfigError, Service
 from bastion.testing import AsyncServiceClient, ServiceClient
 
 KEY = {"Idempotency-Key": '"order-1"'}
@@ -214,3 +214,23 @@ def test_outcomes_are_counted(tmp_path: Path) -> None:
     assert 'bastion_idempotency_requests_total{outcome="stored"} 1.0' in text
     assert 'bastion_idempotency_requests_total{outcome="replayed"} 1.0' in text
     assert 'bastion_idempotency_requests_total{outcome="mismatch"} 1.0' in text
+
+
+def test_in_memory_the_oldest_records_are_forgotten_past_memory_max_bytes(tmp_path: Path) -> None:
+    calls: list[str] = []
+    settings = config(tmp_path, "[idempotency]\nmemory_max_bytes = 600\n")
+    with ServiceClient(orders_service(calls), config=settings) as client:
+        alice = client.as_user("alice")
+        for n in range(8):  # each record is 150 bytes: four fit
+            alice.post("/api/v1/orders", json={"item": "book"}, headers={"Idempotency-Key": f"k{n}"})
+        newest = alice.post("/api/v1/orders", json={"item": "book"}, headers={"Idempotency-Key": "k7"})
+        oldest = alice.post("/api/v1/orders", json={"item": "book"}, headers={"Idempotency-Key": "k0"})
+    assert newest.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in oldest.headers
+    assert len(calls) == 9
+
+
+def test_an_in_flight_claim_shorter_than_the_request_timeout_is_refused(tmp_path: Path) -> None:
+    settings = config(tmp_path, "[middleware]\ntimeout_secs = 90\n[idempotency]\nin_flight_secs = 60\n")
+    with pytest.raises(ConfigError, match=r"idempotency\.in_flight_secs = 60 is shorter than middleware\.timeout_secs"):
+        ServiceClient(orders_service([]), config=settings).__enter__()
