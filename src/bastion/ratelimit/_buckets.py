@@ -53,12 +53,8 @@ class Bucket(NamedTuple):
         return ((self.key, self.quota), *self.more)
 
 
-class Window(NamedTuple):
-    """One window's state after a charge, for the IETF ``RateLimit`` fields."""
-
-    quota: Quota
-    remaining: int
-    reset_after: float
+WindowState = tuple[Quota, bool, int, float, float]
+"""One window after a charge: ``(quota, allowed, remaining, retry_after, reset_after)`` (seconds)."""
 
 
 class Outcome(NamedTuple):
@@ -74,7 +70,7 @@ class Outcome(NamedTuple):
     remaining: int
     retry_after: float
     reset_at: float
-    windows: tuple[Window, ...] = ()
+    windows: tuple[WindowState, ...] = ()
     period_secs: float = 0.0
 
     @property
@@ -112,9 +108,7 @@ def ietf_fields(outcome: Outcome) -> list[tuple[bytes, bytes]]:
     window: ``"minute";r=12;t=5``, ``t`` the seconds until it is full again)."""
     windows = outcome.windows
     if windows:
-        policy = ", ".join(
-            f'"{window_name(w.quota.period_secs)}";q={w.quota.limit};w={w.quota.period_secs:g}' for w in windows
-        )
+        policy = ", ".join(f'"{window_name(q.period_secs)}";q={q.limit};w={q.period_secs:g}' for q, *_ in windows)
     else:
         policy = f'"{window_name(outcome.period_secs)}";q={outcome.limit};w={outcome.period_secs:g}'
     tightest = window_name(outcome.period_secs)
@@ -126,36 +120,34 @@ def ietf_fields(outcome: Outcome) -> list[tuple[bytes, bytes]]:
     ]
 
 
-def combine(windows: list[tuple[Quota, bool, int, float, float]], reset_base: float) -> Outcome:
-    """One Outcome from the windows of one charge: ``(quota, allowed, remaining, retry_after, reset_after)`` each.
+def combine(windows: tuple[WindowState, ...], reset_base: float) -> Outcome:
+    """One Outcome from the windows of one charge.
 
     Allowed when every window allows. A refusal reports the window that refuses longest; an allowed request the
-    window with the fewest requests left. ``reset_base`` (Unix seconds) dates the reset.
+    window with the fewest requests left. ``reset_base`` (Unix seconds) dates the reset. (Plain loops: this runs
+    per request.)
     """
-    refused = [w for w in windows if not w[1]]
-    if refused:
-        quota, _, _, retry_after, reset_after = max(refused, key=_retry_after)
-        allowed, remaining = False, 0
-    else:
-        quota, _, remaining, retry_after, reset_after = min(windows, key=_remaining)
-        allowed = True
+    refused: WindowState | None = None
+    fewest: WindowState | None = None
+    for window in windows:
+        if not window[1]:
+            if refused is None or window[3] > refused[3]:
+                refused = window
+        elif fewest is None or window[2] < fewest[2]:
+            fewest = window
+    pick = refused or fewest
+    assert pick is not None
+    quota = pick[0]
+    allowed = refused is None
     return Outcome(
         allowed,
         quota.limit,
-        remaining,
-        retry_after,
-        reset_base + reset_after,
-        tuple(Window(w[0], w[2] if w[1] else 0, w[4]) for w in windows),
+        pick[2] if allowed else 0,
+        pick[3],
+        reset_base + pick[4],
+        windows,
         quota.period_secs,
     )
-
-
-def _retry_after(window: tuple[Quota, bool, int, float, float]) -> float:
-    return window[3]
-
-
-def _remaining(window: tuple[Quota, bool, int, float, float]) -> int:
-    return window[2]
 
 
 class LimiterStore(Protocol):
@@ -254,13 +246,10 @@ class RuleSet:
         if self.plans and kind != "ip":
             windows = self._plan(scope.get(SCOPE_CLAIMS), kind)
             if windows is not None:
+                prefix = f"{GLOBAL_PREFIX}:{kind}:{identifier}:"
                 (period, quota), *more = windows
-                return Bucket(
-                    global_key(kind, identifier, period),
-                    quota,
-                    tuple((global_key(kind, identifier, p), q) for p, q in more),
-                    self.local_fallback,
-                )
+                more_keys = tuple([(f"{prefix}{p}", q) for p, q in more])
+                return Bucket(f"{prefix}{period}", quota, more_keys, self.local_fallback)
         return Bucket(global_key(kind, identifier, self.window_secs), self.quotas[kind], (), self.local_fallback)
 
     def _plan(self, claims: object, kind: str) -> Windows | None:

@@ -184,7 +184,7 @@ class DistributedLimiter:
             ok = remaining >= 0
             retry_after = 0.0 if ok else retry_after_us / MICROS
             decided.append((quota, ok, max(0, remaining), retry_after, reset_after_us / MICROS))
-        return combine(decided, now_us / MICROS)
+        return combine(tuple(decided), now_us / MICROS)
 
     async def _charge_generic(self, bucket: Bucket) -> Outcome:
         async with self._lock:
@@ -202,10 +202,10 @@ class DistributedLimiter:
             step, quota = steps[0], bucket.quota
             reset_at = now + step.reset_after
             return Outcome(step.allowed, quota.limit, step.remaining, step.retry_after, reset_at, (), quota.period_secs)
-        windows = [
+        windows = tuple(
             (quota, step.allowed, step.remaining, step.retry_after, step.reset_after)
             for step, (_, quota) in zip(steps, bucket.windows(), strict=True)
-        ]
+        )
         return combine(windows, now)
 
     def _failed(self, exc: BaseException) -> CacheStoreError:

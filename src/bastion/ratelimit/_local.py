@@ -99,17 +99,16 @@ class LocalLimiter:
     def _charge_windows(self, bucket: Bucket, now: float) -> Outcome:
         """Several windows: each decides; the request counts in all of them only when all allow it."""
         tats = self._tats
-        steps = [
-            (key, quota, gcra(tats.get(key), now, interval=quota.interval_secs, burst=quota.burst))
-            for key, quota in bucket.windows()
-        ]
-        allowed = all(step.allowed for _, _, step in steps)
-        for key, _, step in steps:
+        windows = bucket.windows()
+        steps = [gcra(tats.get(key), now, interval=quota.interval_secs, burst=quota.burst) for key, quota in windows]
+        allowed = all([step[0] for step in steps])
+        states = []
+        for (key, quota), step in zip(windows, steps, strict=True):
             if allowed:
-                tats[key] = step.tat
+                tats[key] = step[1]
             self._touch(key, now)
-        windows = [(quota, s.allowed, s.remaining, s.retry_after, s.reset_after) for _, quota, s in steps]
-        return combine(windows, self._wall_clock())
+            states.append((quota, step[0], step[2], step[3], step[4]))
+        return combine(tuple(states), self._wall_clock())
 
     def _touch(self, key: str, now: float) -> None:
         tats = self._tats

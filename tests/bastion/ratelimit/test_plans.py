@@ -20,6 +20,7 @@ from bastion.ratelimit._buckets import RuleSet
 from bastion.ratelimit._capability import charge
 from bastion.ratelimit._distributed import DistributedLimiter
 from bastion.ratelimit._local import LocalLimiter
+from bastion.ratelimit._posture import RateLimitPosture
 from bastion.testing import FakeClock, ServiceClient
 from bastion.types import SCOPE_CLAIMS
 from tests.bastion.ratelimit.conftest import make_scope
@@ -219,3 +220,9 @@ def test_an_unknown_plan_is_counted_in_metrics(tmp_path: Path) -> None:
         text = client.get("/metrics").text
     assert reply.headers["x-ratelimit-limit"] == "600"
     assert 'bastion_rate_limit_events_total{event="unknown_plan"} 1.0' in text
+
+
+def test_the_posture_names_the_plans() -> None:
+    posture = RateLimitPosture.of(RateLimitSettings.model_validate(PLANS), built_in=True)
+    assert posture.line().endswith("0 route rules, plans free, pro")
+    assert posture.fields()["plans"] == ["free", "pro"]
