@@ -87,6 +87,27 @@ def _slot(
     return steps
 
 
+def _observe(
+    settings: Settings, *, metrics: Metrics, tracer: Tracer | None, builtin_paths: frozenset[str]
+) -> Step | None:
+    """The observe step, when metrics, the access log or tracing is on."""
+    middleware = settings.middleware
+    if not (metrics.enabled or middleware.access_log.enabled or tracer is not None):
+        return None
+    public = settings.metrics.public and settings.metrics.port is None
+    return Step(
+        "observe",
+        partial(
+            ObserveMiddleware,
+            access_log=middleware.access_log,
+            metrics=metrics,
+            metrics_path=settings.metrics.path if public else None,
+            builtin_paths=builtin_paths,
+            tracer=tracer,
+        ),
+    )
+
+
 def pipeline(
     settings: Settings,
     *,
@@ -108,21 +129,7 @@ def pipeline(
     middleware = settings.middleware
     listed: list[Step | None] = [
         Step("request_id", partial(RequestIdMiddleware, security=middleware.security_headers)),
-        Step(
-            "observe",
-            partial(
-                ObserveMiddleware,
-                access_log=middleware.access_log,
-                metrics=metrics,
-                metrics_path=settings.metrics.path
-                if settings.metrics.public and settings.metrics.port is None
-                else None,
-                builtin_paths=builtin_paths,
-                tracer=tracer,
-            ),
-        )
-        if metrics.enabled or middleware.access_log.enabled or tracer is not None
-        else None,
+        _observe(settings, metrics=metrics, tracer=tracer, builtin_paths=builtin_paths),
         Step("panic_recovery", PanicRecoveryMiddleware),
         Step("cors", partial(CorsMiddleware, settings=middleware.cors)) if cors_enabled(middleware.cors) else None,
         Step("error_rendering", partial(ErrorRenderingMiddleware, handlers=exception_handlers)),
