@@ -196,6 +196,9 @@ def test_ietf_fields_name_every_window_and_the_tightest_one(tmp_path: Path) -> N
     with ServiceClient(plan_service(), config=config) as client:
         free = client.as_user("alice", plan="free")
         first, _, refused = (free.get("/api/v1/items") for _ in range(3))
+        default = client.as_user("bob").get("/api/v1/items")
+    assert default.headers["ratelimit-policy"] == '"minute";q=600;w=60'
+    assert default.headers["ratelimit"].startswith('"minute";r=599;t=')
     assert first.headers["ratelimit-policy"] == '"minute";q=600;w=60, "day";q=2;w=86400'
     assert first.headers["ratelimit"].startswith('"day";r=1;t=')
     assert first.headers["x-ratelimit-limit"] == "2"
