@@ -22,11 +22,12 @@ from bastion import _extras as extras
 from bastion._api_docs import ApiDocs
 from bastion._app_settings import app_settings
 from bastion._audit import Auditor
+from bastion._cache_store import MemoryCacheStore
 from bastion._claims import current_claims, optional_claims
 from bastion._compat import fastapi as fastapi_compat
 from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
 from bastion._metrics import Metrics, serve_metrics
-from bastion._parts import SECURITY_SLOTS, OverridesProvider, ServiceParts, Slot
+from bastion._parts import SECURITY_SLOTS, Layer, OverridesProvider, ServiceParts, Slot
 from bastion._pipeline import Step, assemble, pipeline
 from bastion._security import Security
 from bastion._tracing import Tracer
@@ -36,6 +37,7 @@ from bastion.broker._dependencies import current_broker, optional_broker
 from bastion.broker._specs import BrokerPlan, StreamSpec
 from bastion.config import AuditSettings, BrokerSettings, Settings
 from bastion.errors import ConfigError
+from bastion.idempotency import IdempotencyMiddleware, IdempotentRoutes
 from bastion.policy._engine import LoadedPolicies
 from bastion.policy._matrix import OperationRoles
 from bastion.policy._routes import reload_policy_route
@@ -136,6 +138,33 @@ def with_route_limits(parts: ServiceParts, settings: Settings, *, base_path: str
     for option, key in replaced:
         structlog.get_logger("bastion.ratelimit").info("rate_limit_route_option_replaced", route=option, key=key)
     return settings.model_copy(update={"rate_limit": settings.rate_limit.model_copy(update={"routes": routes})})
+
+
+def idempotency_layer(
+    parts: ServiceParts, settings: Settings, *, base_path: str, security: Security, metrics: Metrics
+) -> Layer | None:
+    """The idempotency step for ``[idempotency] routes`` and the routes registered with ``idempotency=True``, on
+    the app's cache store; ``None`` when no route takes a key. ConfigError for a bad pattern."""
+    patterns = list(settings.idempotency.routes)
+    for number, version in parts.api.versions.items():
+        prefix = parts.api.prefix(number, base_path)
+        for route in version.idempotent:
+            template = route.path.replace("{id}", "{id:str}")
+            patterns += [f"{method} {prefix}{template}" for method in sorted(route.methods or ())]
+    if not patterns:
+        return None
+    idempotency = settings.idempotency
+    if idempotency.in_flight_secs < settings.middleware.timeout_secs:
+        raise ConfigError(
+            f"idempotency.in_flight_secs = {idempotency.in_flight_secs} is shorter than middleware.timeout_secs = "
+            f"{settings.middleware.timeout_secs:g}: a retry could run while the first request still does"
+        )
+    store = security.cache_store
+    if isinstance(store, MemoryCacheStore):  # the records get a store of their own, with a byte cap
+        store = MemoryCacheStore(max_bytes=idempotency.memory_max_bytes)
+    return partial(
+        IdempotencyMiddleware, settings=idempotency, routes=IdempotentRoutes(patterns), store=store, metrics=metrics
+    )
 
 
 def check_grpc_layers(parts: ServiceParts, settings: Settings) -> None:
@@ -369,6 +398,9 @@ def steps(
             token_auth=security.token_auth,
             rate_limit=security.rate_limiting,
             policy=security.policy,
+            idempotency=idempotency_layer(
+                parts, settings, base_path=names.base_path, security=security, metrics=metrics
+            ),
             resilience=[(layer.name, layer) for layer in resilience],
             operator=parts.slots,
             exception_handlers=parts.exception_handlers,

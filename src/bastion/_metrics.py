@@ -63,6 +63,8 @@ _INSTRUMENTS = (
     "_consumed",
     "_requests",
     "_grpc",
+    "_rate_limit_events",
+    "_idempotency",
 )
 
 
@@ -202,6 +204,22 @@ class Metrics:
                 registry=registry,
             )
         )
+        self._rate_limit_events = _Children(
+            Counter(
+                "bastion_rate_limit_events",
+                "Rate-limit events: unknown_plan (the default limits applied), local_fallback (store down)",
+                ["event"],
+                registry=registry,
+            )
+        )
+        self._idempotency = _Children(
+            Counter(
+                "bastion_idempotency_requests",
+                "Requests with an Idempotency-Key, by outcome (stored, replayed, conflict, mismatch, not_stored)",
+                ["outcome"],
+                registry=registry,
+            )
+        )
         registry.register(_BreakerStates(self._state_sources))
         registry.register(_CacheStoreUp(self._store_sources))
 
@@ -244,6 +262,14 @@ class Metrics:
         """Only called when ``traced`` (nothing is counted for an allowed request)."""
         note("bastion.rate_limit.outcome", "allowed")
         note("bastion.rate_limit.bucket", bucket)
+
+    def rate_limit_event(self, event: str) -> None:
+        self._rate_limit_events(event).inc()
+
+    def idempotency(self, outcome: str) -> None:
+        self._idempotency(outcome).inc()
+        if self.traced:
+            note("bastion.idempotency.outcome", outcome)
 
     def policy_decision(self, decision: str) -> None:
         self._decisions(decision).inc()

@@ -27,7 +27,9 @@ class ApiVersion(APIRouter):
     Register handlers exactly as on any FastAPI router (``@v1.get("/documents")``, ``include_router``,
     pydantic models, ``Depends``). The prefix is applied when the service is built. The route methods also
     take ``rate_limit="10/minute"`` (``N/second|minute|hour|day``): the route's own ``[rate_limit.routes]``
-    entry, which an entry of the configuration for the same route replaces (docs/ratelimit.md).
+    entry, which an entry of the configuration for the same route replaces (docs/ratelimit.md); and
+    ``idempotency=True``: the route takes an ``Idempotency-Key`` as if listed in ``[idempotency] routes``
+    (docs/idempotency.md).
     """
 
     def __init__(self, number: int, *, api: VersionedApi, **router_kwargs: Any) -> None:
@@ -39,46 +41,72 @@ class ApiVersion(APIRouter):
         self.exception_handlers: dict[type[BaseException], Any] = {}
         self.rate_limits: list[tuple[APIRoute, RouteRule]] = []
         """The routes registered with ``rate_limit=``, and their rule."""
+        self.idempotent: list[APIRoute] = []
+        """The routes registered with ``idempotency=True``."""
 
-    def _limited(self, rate_limit: str | None, path: str, decorator: Callable[[F], F]) -> Callable[[F], F]:
-        if rate_limit is None:
+    def _limited(
+        self, rate_limit: str | None, path: str, decorator: Callable[[F], F], idempotency: bool = False
+    ) -> Callable[[F], F]:
+        if rate_limit is None and not idempotency:
             return decorator
-        rule = parse_rate(rate_limit, route=f"{self.label} {path!r}")
+        rule = parse_rate(rate_limit, route=f"{self.label} {path!r}") if rate_limit is not None else None
 
         def register(endpoint: F) -> F:
             before = len(self.routes)
             decorated = decorator(endpoint)
-            self.rate_limits += [(route, rule) for route in self.routes[before:] if isinstance(route, APIRoute)]
+            added = [route for route in self.routes[before:] if isinstance(route, APIRoute)]
+            if rule is not None:
+                self.rate_limits += [(route, rule) for route in added]
+            if idempotency:
+                self.idempotent += added
             return decorated
 
         return register
 
-    def api_route(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().api_route(path, **kwargs))
+    def api_route(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().api_route(path, **kwargs), idempotency)
 
-    def get(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().get(path, **kwargs))
+    def get(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().get(path, **kwargs), idempotency)
 
-    def put(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().put(path, **kwargs))
+    def put(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().put(path, **kwargs), idempotency)
 
-    def post(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().post(path, **kwargs))
+    def post(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().post(path, **kwargs), idempotency)
 
-    def delete(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().delete(path, **kwargs))
+    def delete(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().delete(path, **kwargs), idempotency)
 
-    def patch(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().patch(path, **kwargs))
+    def patch(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().patch(path, **kwargs), idempotency)
 
-    def head(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().head(path, **kwargs))
+    def head(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().head(path, **kwargs), idempotency)
 
-    def options(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().options(path, **kwargs))
+    def options(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().options(path, **kwargs), idempotency)
 
-    def trace(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().trace(path, **kwargs))
+    def trace(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().trace(path, **kwargs), idempotency)
 
     def exception_handler(self, exc_class: type[Exception]) -> Callable[[ExceptionHandler], ExceptionHandler]:
         """Decorator: handle ``exc_class`` (and its subclasses) raised by this version's routes, before the
