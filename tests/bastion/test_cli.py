@@ -450,7 +450,7 @@ def test_docs_lists_the_installed_documentation_and_prints_a_page(capsys: pytest
     assert main(["docs"]) == 0
     listing = capsys.readouterr().out.splitlines()
     assert listing[0] == f"The documentation of this release, installed in {REPO / 'docs'}:"
-    assert "  installation   Installation" in listing
+    assert "  installation    Installation" in listing
     assert listing[-1] == "`bastion docs TOPIC` prints one (Markdown)."
     assert main(["docs", "installation"]) == 0
     assert capsys.readouterr().out == (REPO / "docs" / "installation.md").read_text()

@@ -186,7 +186,7 @@ class DownQueue:
     def fits(self, size: int) -> bool:
         return True
 
-    async def enqueue(self, body: bytes, *, delivery_id: str) -> None:
+    async def enqueue(self, body: bytes, *, delivery_id: str, route: str | None = None) -> None:
         raise QueueUnavailable("not connected to NATS")
 
 
