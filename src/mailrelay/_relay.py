@@ -24,7 +24,7 @@ from mailrelay._payload import build_payload
 from mailrelay._payload_v2 import MailAuth, Transaction, encode, payload_v2
 from mailrelay._processes import WorkerCrashed, WorkerProcesses
 from mailrelay._raw import RawMessage, RawStore
-from mailrelay._routing import DEFAULT_ROUTE
+from mailrelay._routing import DEFAULT_ROUTE, target_label
 from mailrelay._sender_rules import MessageFacts
 from mailrelay._target import DeliveryOutcome, DeliveryResult, DeliveryTarget
 from mailrelay.smtp import _replies as r
@@ -150,7 +150,8 @@ class Relay:
         target = self.route_targets.get(route or "", self.target)
         if route is not None and self.route_targets:
             bound = bound.bind(route=route)
-        paused = self._paused(target, bound)
+        label = target_label(route)
+        paused = self._paused(target, label, bound)
         if paused is not None:
             return paused
         raw = envelope.content or b""
@@ -214,7 +215,7 @@ class Relay:
                     self.queue, body, delivery_id, route, (attachments, raw_message), bound, details
                 )
             bound.info("message_too_large_for_queue", payload_size=len(body))
-        return await self._deliver(target, body, delivery_id, (attachments, raw_message), bound, details)
+        return await self._deliver(target, label, body, delivery_id, (attachments, raw_message), bound, details)
 
     def _version(self, envelope: Envelope) -> int:
         """The payload version: the route's (routes file) when it sets one, else MAIL_RELAY_PAYLOAD_VERSION."""
@@ -275,7 +276,7 @@ class Relay:
                 self.metrics.sender_policy_denied()
         return decision.allowed
 
-    def _paused(self, target: DeliveryTarget, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
+    def _paused(self, target: DeliveryTarget, label: str, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
         """Direct mode while the target pauses: nothing can be delivered for now, so say so (451) before parsing,
         checking or uploading anything."""
         pause = target.pause() if self.queue is None else None
@@ -283,7 +284,7 @@ class Relay:
             return None
         bound.warning("message_deferred", reason="circuit_open", retry_in=round(pause.retry_in, 1))
         if self.metrics is not None:
-            self.metrics.delivery(Delivery.CIRCUIT_OPEN)
+            self.metrics.delivery(Delivery.CIRCUIT_OPEN, target=label)
         return r.temporary_failure(pause.reason)
 
     def _screen(self, message: ParsedMessage, bound: structlog.typing.FilteringBoundLogger) -> Screened | Reply:
@@ -306,6 +307,7 @@ class Relay:
     async def _deliver(
         self,
         target: DeliveryTarget,
+        label: str,
         body: bytes,
         delivery_id: str,
         stored: Stored,
@@ -320,7 +322,7 @@ class Relay:
             "message_relayed", outcome=result.outcome.value, attempts=result.attempts, status=result.status, **details
         )
         if self.metrics is not None:
-            self.metrics.delivery(_delivery(result))
+            self.metrics.delivery(_delivery(result), target=label)
         if result.outcome is DeliveryOutcome.DELIVERED:
             return r.MESSAGE_ACCEPTED
         if result.outcome is DeliveryOutcome.REJECTED:

@@ -15,6 +15,7 @@ import structlog
 from mailrelay._errors import QueueUnavailable
 from mailrelay._metrics import DeadLetter, Delivery, RelayMetrics, Retry
 from mailrelay._redelivery import Action, RedeliveryRules, decide
+from mailrelay._routing import target_label
 from mailrelay._target import DeliveryTarget, Verdict
 
 if TYPE_CHECKING:  # nats-py (the queue extra): loaded with the queue
@@ -123,7 +124,7 @@ class DeliveryWorkers:
             await message.ack()
             bound.info("message_relayed", outcome="delivered", status=outcome.status, mode="queue")
             if metrics is not None:
-                metrics.delivery(Delivery.DELIVERED)
+                metrics.delivery(Delivery.DELIVERED, target=target_label(message.route))
             return
         if decision.action is Action.RETRY:
             await message.nak(decision.delay)
@@ -152,7 +153,7 @@ class DeliveryWorkers:
         if metrics is not None:
             refused = outcome.verdict is Verdict.REJECTED
             metrics.dead_letter(DeadLetter.REFUSED if refused else DeadLetter.FAILED)
-            metrics.delivery(Delivery.REFUSED if refused else Delivery.FAILED)
+            metrics.delivery(Delivery.REFUSED if refused else Delivery.FAILED, target=target_label(message.route))
 
     async def stop(self, grace: float) -> None:
         if self._loop is not None:
