@@ -8,12 +8,12 @@ import collections
 import dataclasses
 import functools
 import random
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 import structlog
 
+from bastion_core import uuid4_hex
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
 from mailrelay._attachments import Attachment, AttachmentSink, InlineSink
 from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcement
@@ -80,7 +80,7 @@ class Relay:
         queue: MessageQueue | None = None,
         processes: WorkerProcesses | None = None,
         metrics: RelayMetrics | None = None,
-        new_delivery_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        new_delivery_id: Callable[[], str] = uuid4_hex,  # uuid4().hex without a getrandom call each
         random: Callable[[], float] = random.random,
     ) -> None:
         self.target = target
@@ -146,7 +146,7 @@ class Relay:
                 _payload_json,
                 sender=envelope.mail_from or "",
                 recipient=envelope.recipients[0] if envelope.recipients else "",
-                message=dataclasses.replace(message, parts=()),  # the attachments carry what the payload needs
+                message=dataclasses.replace(message, parts=()) if message.parts else message,  # attachments carry them
                 header_prefixes=self.header_prefixes,
                 attachments=attachments,
                 dmarc=verdict,
