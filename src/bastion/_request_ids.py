@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from bastion_core import random16
+from bastion_core._random import random16
 
 MAX_LENGTH = 128
 # Printable token characters only: no spaces, quotes or control characters that could forge log lines.

@@ -22,7 +22,6 @@ from bastion_core._errors import ConfigError
 from bastion_core._guard import Call, Guard
 from bastion_core._logging import UNKNOWN_VARIABLE_EVENT, configure_logging, log_event
 from bastion_core._loop import running_loop
-from bastion_core._random import random16, uuid4_hex
 from bastion_core._redact import MASK, mask_url
 
 if TYPE_CHECKING:
@@ -51,10 +50,8 @@ __all__ = [
     "log_event",
     "mask_url",
     "parse_retry_after",
-    "random16",
     "retry_wait",
     "running_loop",
-    "uuid4_hex",
 ]
 
 

@@ -13,7 +13,7 @@ from typing import Protocol, TypeVar
 
 import structlog
 
-from bastion_core import uuid4_hex
+from bastion_core._random import uuid4_hex
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
 from mailrelay._attachments import Attachment, AttachmentSink, InlineSink
 from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcement

@@ -108,7 +108,9 @@ async def test_a_slow_receiver_is_a_timeout_and_a_failure(
     assert breaker.state is BreakerState.OPEN
 
 
-async def test_open_circuit_sends_nothing(receiver: WebhookReceiver, breaker: CircuitBreaker, transport_to: Make) -> None:
+async def test_open_circuit_sends_nothing(
+    receiver: WebhookReceiver, breaker: CircuitBreaker, transport_to: Make
+) -> None:
     for _ in range(2):
         breaker.record(breaker.admit(), success=False)
     attempt = await transport_to(receiver.url, breaker).post(b"{}", HEADERS)
