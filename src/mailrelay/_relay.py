@@ -13,6 +13,7 @@ from typing import Protocol, TypeVar
 
 import structlog
 
+from bastion_core._logging import info_dropped
 from bastion_core._random import uuid4_hex
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
 from mailrelay._attachments import Attachment, AttachmentSink, InlineSink
@@ -204,9 +205,14 @@ class Relay:
         result = await self.target.deliver(body, delivery_id=delivery_id)
         if not result.posted:
             await self.attachment_sink.discard(attachments)  # nothing was posted: no object is referenced
-        bound.info(
-            "message_relayed", outcome=result.outcome.value, attempts=result.attempts, status=result.status, **details
-        )
+        if not info_dropped():
+            bound.info(
+                "message_relayed",
+                outcome=result.outcome.value,
+                attempts=result.attempts,
+                status=result.status,
+                **details,
+            )
         if self.metrics is not None:
             self.metrics.delivery(_delivery(result))
         if result.outcome is DeliveryOutcome.DELIVERED:
@@ -232,7 +238,8 @@ class Relay:
             if self.metrics is not None:
                 self.metrics.queue_publish_failed()
             return r.QUEUE_UNAVAILABLE
-        bound.info("message_queued", **details)
+        if not info_dropped():
+            bound.info("message_queued", **details)
         return r.MESSAGE_ACCEPTED
 
     def _dmarc_refusal(self, verdict: DmarcVerdict, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
