@@ -59,6 +59,7 @@ TARGETS = (
     Target(row="bastion-secured", against="starlette", factor=0.6),
     Target(row="bastion-secured", against="peer-stack", factor=2.0),
     Target(row="bastion-open", against="fastapi", factor=0.9),
+    Target(row="mailrelay (4 conn)", against="aiosmtpd (4 conn)", factor=0.5),
     # issue 31: direct mode 0.75x plain aiosmtpd, queue mode 0.6x, payload v2 within 10 % of v1
     Target(row="mailrelay (4 conn)", against="aiosmtpd (4 conn)", factor=0.75),
     Target(row="mailrelay queue (4 conn)", against="aiosmtpd (4 conn)", factor=0.6),

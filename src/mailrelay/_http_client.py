@@ -178,7 +178,7 @@ class Http11Transport:
         connection: _Connection | None = None
         timer: asyncio.TimerHandle | None = None
         try:
-            connection = await self._connection(deadline)
+            connection = await self._take_connection(deadline)
             timer = loop.call_at(deadline, connection.time_out)
             await self._send(connection, body, headers)
             status, retry_after, reusable = await _read_answer(connection)
@@ -193,7 +193,7 @@ class Http11Transport:
                 connection.close()
             self._slots.release()
 
-    async def _connection(self, deadline: float) -> _Connection:
+    async def _take_connection(self, deadline: float) -> _Connection:
         while self._idle:
             connection = self._idle.pop()
             if connection.reusable and not connection.buffer:
