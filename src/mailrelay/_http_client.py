@@ -15,6 +15,7 @@ breaker; redirects are not followed; bodies over STREAMED_BODY_BYTES are written
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 import ssl
 import urllib.parse
@@ -35,6 +36,7 @@ from mailrelay._transport import (
 MAX_RESPONSE_HEAD_BYTES = 64 * 1024  # a status line and headers longer than this are a broken answer
 _STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?:[ \t][^\r\n]*)?")
 _NO_BODY_STATUSES = frozenset({204, 304})
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"  # RFC 3986 pchar, "/" and "%" (an existing escape is kept)
 # The problem names match AiohttpTransport's (its exception classes), so logs and metrics read the same.
 CONNECT_ERROR = "connection error: ConnectError"
 DISCONNECTED = "connection error: ServerDisconnectedError"
@@ -48,6 +50,15 @@ def open_webhook_transport(*, url: str, guard: Guard, timeout: float) -> Http11T
     if env_proxy(url) is not None:
         return AiohttpTransport.open(url=url, guard=guard, timeout=timeout)
     return Http11Transport(url=url, guard=guard, timeout=timeout)
+
+
+def _basic_auth(user: str, password: str) -> str:
+    credentials = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    try:
+        raw = credentials.encode("latin-1")
+    except UnicodeEncodeError:
+        raw = credentials.encode("utf-8")
+    return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
 class _Failed(Exception):
@@ -147,8 +158,13 @@ class Http11Transport:
         self.tls = (tls or tls_context()) if parts.scheme == "https" else None
         host = f"[{self.host}]" if ":" in self.host else self.host
         authority = host if parts.port is None else f"{host}:{parts.port}"
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # Percent-encoded as aiohttp (yarl) sends it: what is already valid stays as it is.
+        target = urllib.parse.quote(parts.path or "/", safe=_PATH_SAFE)
+        if parts.query:
+            target += "?" + urllib.parse.quote(parts.query, safe=_PATH_SAFE + "?").replace("%20", "+")
         self._head_start = f"POST {target} HTTP/1.1\r\nHost: {authority}\r\nAccept: */*\r\n"
+        if parts.username is not None or parts.password is not None:  # as aiohttp sends a URL's credentials
+            self._head_start += f"Authorization: {_basic_auth(parts.username or '', parts.password or '')}\r\n"
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
         self._closed = False

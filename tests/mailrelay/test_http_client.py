@@ -283,3 +283,13 @@ async def test_a_proxy_in_the_environment_chooses_aiohttp(monkeypatch: pytest.Mo
     assert isinstance(proxied, AiohttpTransport)
     await direct.close()
     await proxied.close()
+
+
+async def test_credentials_in_the_url_become_basic_auth_and_the_path_is_percent_encoded(
+    receiver: WebhookReceiver, breaker: CircuitBreaker, transport_to: Make
+) -> None:
+    url = receiver.url.replace("http://", "http://hook%40user:s3cret@") + "/caf\u00e9%20x?a=b c"
+    assert (await transport_to(url, breaker).post(b"{}", HEADERS)).status == 200
+    (request,) = receiver.requests
+    assert request.header("Authorization") == "Basic aG9va0B1c2VyOnMzY3JldA=="  # hook@user:s3cret
+    assert request.path == "/webhook/caf%C3%A9%20x?a=b+c"  # what aiohttp (yarl) sends
