@@ -28,6 +28,7 @@ from mailrelay._config.routes import relay_routes
 from mailrelay._delivery import WebhookClient
 from mailrelay._errors import ListenFailed
 from mailrelay._health import HealthServer
+from mailrelay._http_client import open_webhook_transport
 from mailrelay._metrics import RelayMetrics, TimedTransport
 from mailrelay._metrics_server import MetricsServer
 from mailrelay._processes import WorkerProcesses
@@ -35,7 +36,6 @@ from mailrelay._raw import InlineRaw, RawStore, S3Raw
 from mailrelay._redelivery import RedeliveryRules
 from mailrelay._relay import Relay
 from mailrelay._routing import DEFAULT_ROUTE, Route, Router, target_label
-from mailrelay._transport import AiohttpTransport
 from mailrelay._version import __version__
 from mailrelay._workers import DeliveryWorkers
 from mailrelay.smtp._server import SmtpServer
@@ -240,7 +240,7 @@ def delivery_target(
         wait_secs=settings.circuit_breaker_reset,
         half_open_requests=settings.circuit_breaker_half_open_requests,
     )
-    transport = AiohttpTransport.open(
+    transport = open_webhook_transport(
         url=route.webhook_url, guard=Guard(breaker=breaker), timeout=settings.webhook_timeout
     )
     stack.push_async_callback(transport.close)

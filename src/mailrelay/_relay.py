@@ -8,12 +8,13 @@ import collections
 import dataclasses
 import functools
 import random
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 import structlog
 
+from bastion_core._logging import info_dropped
+from bastion_core._random import uuid4_hex
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
 from mailrelay._attachments import Attachment, AttachmentSink, InlineSink
 from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcement
@@ -112,7 +113,7 @@ class Relay:
         processes: WorkerProcesses | None = None,
         metrics: RelayMetrics | None = None,
         payload_version: int = 1,
-        new_delivery_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        new_delivery_id: Callable[[], str] = uuid4_hex,  # uuid4().hex without a getrandom call each
         random: Callable[[], float] = random.random,
     ) -> None:
         self.target = target
@@ -195,7 +196,7 @@ class Relay:
                 _payload_json,
                 sender=envelope.mail_from or "",
                 recipient=envelope.recipients[0] if envelope.recipients else "",
-                message=dataclasses.replace(message, parts=()),  # the attachments carry what the payload needs
+                message=dataclasses.replace(message, parts=()) if message.parts else message,  # attachments carry them
                 header_prefixes=self.header_prefixes,
                 attachments=attachments,
                 dmarc=verdict,
@@ -318,9 +319,14 @@ class Relay:
         result = await target.deliver(body, delivery_id=delivery_id)
         if not result.posted:
             await self._discard(stored)
-        bound.info(
-            "message_relayed", outcome=result.outcome.value, attempts=result.attempts, status=result.status, **details
-        )
+        if not info_dropped():
+            bound.info(
+                "message_relayed",
+                outcome=result.outcome.value,
+                attempts=result.attempts,
+                status=result.status,
+                **details,
+            )
         if self.metrics is not None:
             self.metrics.delivery(_delivery(result), target=label)
         if result.outcome is DeliveryOutcome.DELIVERED:
@@ -347,7 +353,8 @@ class Relay:
             if self.metrics is not None:
                 self.metrics.queue_publish_failed()
             return r.QUEUE_UNAVAILABLE
-        bound.info("message_queued", **details)
+        if not info_dropped():
+            bound.info("message_queued", **details)
         return r.MESSAGE_ACCEPTED
 
     def _dmarc_refusal(self, verdict: DmarcVerdict, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+from bastion_core._logging import info_dropped
 from mailrelay._errors import QueueUnavailable
 from mailrelay._metrics import DeadLetter, Delivery, RelayMetrics, Retry
 from mailrelay._redelivery import Action, RedeliveryRules, decide
@@ -122,7 +123,8 @@ class DeliveryWorkers:
         metrics = self.metrics
         if decision.action is Action.ACK:
             await message.ack()
-            bound.info("message_relayed", outcome="delivered", status=outcome.status, mode="queue")
+            if not info_dropped():
+                bound.info("message_relayed", outcome="delivered", status=outcome.status, mode="queue")
             if metrics is not None:
                 metrics.delivery(Delivery.DELIVERED, target=target_label(message.route))
             return
