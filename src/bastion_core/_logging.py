@@ -191,6 +191,17 @@ def _timestamp() -> str:
     return f"{_state['prefix']}{int((now - second) * 1_000_000):06d}Z"
 
 
+def info_dropped() -> bool:
+    """Whether an info line would be dropped anyway: ``configure_logging``'s level is above info and its processors
+    are still the ones in use (``capture_logs`` and any other set-up see every event). A hot path checks it to skip
+    building a line nobody writes (structlog runs the processor chain up to the level check for each one)."""
+    if _threshold["level"] <= logging.INFO:
+        return False
+    processors = structlog.get_config()["processors"]
+    # capture_logs empties and refills the same list: the level check must still be its first processor
+    return processors is _direct["processors"] and bool(processors) and processors[0] is _below_threshold
+
+
 def log_event(logger: Any, name: str, event: str, fields: dict[str, Any]) -> None:
     """``logger.info(event, **fields)`` for a hot path (the access log: one line per request), rendered in one
     step when ``configure_logging`` set up JSON and nothing replaced it since: the line structlog's processors

@@ -28,14 +28,14 @@ from mailrelay._config.routes import relay_routes
 from mailrelay._delivery import WebhookClient
 from mailrelay._errors import ListenFailed
 from mailrelay._health import HealthServer
+from mailrelay._http_client import open_webhook_transport
 from mailrelay._metrics import RelayMetrics, TimedTransport
 from mailrelay._metrics_server import MetricsServer
 from mailrelay._processes import WorkerProcesses
 from mailrelay._raw import InlineRaw, RawStore, S3Raw
 from mailrelay._redelivery import RedeliveryRules
 from mailrelay._relay import Relay
-from mailrelay._routing import DEFAULT_ROUTE, Route, Router
-from mailrelay._transport import AiohttpTransport
+from mailrelay._routing import DEFAULT_ROUTE, Route, Router, target_label
 from mailrelay._version import __version__
 from mailrelay._workers import DeliveryWorkers
 from mailrelay.smtp._server import SmtpServer
@@ -127,7 +127,7 @@ async def build(
         metrics.watch_sessions(lambda: len(smtp.hub.connections))
         for name, each in targets.items():
             if each.breaker is not None:
-                metrics.watch_breaker(each.breaker, target=breaker_label(name))
+                metrics.watch_breaker(each.breaker, target=target_label(name))
         if queue is not None:
             metrics.watch_queue(queue)
     return RelayParts(
@@ -217,11 +217,6 @@ async def open_queue(settings: Settings, stack: contextlib.AsyncExitStack) -> Je
     return queue
 
 
-def breaker_label(route: str) -> str:
-    """The breaker's name and metrics `target` label: `webhook` for the default route, `route:<name>` for others."""
-    return "webhook" if route == DEFAULT_ROUTE else f"route:{route}"
-
-
 def sender_rules(settings: Settings) -> SenderRules | None:
     """The sender policy (the policy extra's cedarpy is imported only then); ConfigError for a bad file."""
     if settings.sender_policy_file is None:
@@ -239,18 +234,18 @@ def delivery_target(
     metrics). The spec's outbound order: the breaker, then the call (no bulkhead: MAIL_RELAY_MAX_SESSIONS bounds
     the calls)."""
     breaker = CircuitBreaker(
-        breaker_label(route.name),
+        target_label(route.name),
         threshold=settings.circuit_breaker_failure_rate,
         min_requests=settings.circuit_breaker_min_requests,
         wait_secs=settings.circuit_breaker_reset,
         half_open_requests=settings.circuit_breaker_half_open_requests,
     )
-    transport = AiohttpTransport.open(
+    transport = open_webhook_transport(
         url=route.webhook_url, guard=Guard(breaker=breaker), timeout=settings.webhook_timeout
     )
     stack.push_async_callback(transport.close)
     return WebhookClient(
-        transport=transport if metrics is None else TimedTransport(transport, metrics),
+        transport=transport if metrics is None else TimedTransport(transport, metrics, target=target_label(route.name)),
         user_agent=USER_AGENT,
         breaker=breaker,
         secret=route.signing_secret,

@@ -184,6 +184,7 @@ class RelayMetrics:
             registry=registry,
         )
         self._attempts = {outcome: duration.labels(WEBHOOK_TARGET, outcome.value) for outcome in AttemptOutcome}
+        self._duration = duration
         deliveries = Counter(
             DELIVERIES,
             "Messages whose delivery ended at this relay, by target and outcome.",
@@ -191,6 +192,7 @@ class RelayMetrics:
             registry=registry,
         )
         self._deliveries = {outcome: deliveries.labels(WEBHOOK_TARGET, outcome.value) for outcome in Delivery}
+        self._deliveries_counter = deliveries
         registry.register(_Aliases([duration, deliveries]))
 
     def _add_content_metrics(self, registry: CollectorRegistry, *, dmarc: bool) -> None:
@@ -268,12 +270,20 @@ class RelayMetrics:
 
     # the relay and the delivery workers
 
-    def attempt(self, attempt: Attempt, seconds: float) -> None:
-        """One POST that left the relay (not one the breaker refused)."""
-        self._attempts[attempt_outcome(attempt)].observe(seconds)
+    def attempt(self, attempt: Attempt, seconds: float, *, target: str = WEBHOOK_TARGET) -> None:
+        """One POST that left the relay (not one the breaker refused), under its target's label (`route:<name>` for
+        a routes-file route; one series per route and outcome: the routes are fixed at start-up)."""
+        outcome = attempt_outcome(attempt)
+        if target == WEBHOOK_TARGET:
+            self._attempts[outcome].observe(seconds)
+        else:
+            self._duration.labels(target, outcome.value).observe(seconds)
 
-    def delivery(self, outcome: Delivery) -> None:
-        self._deliveries[outcome].inc()
+    def delivery(self, outcome: Delivery, *, target: str = WEBHOOK_TARGET) -> None:
+        if target == WEBHOOK_TARGET:
+            self._deliveries[outcome].inc()
+        else:
+            self._deliveries_counter.labels(target, outcome.value).inc()
 
     def dmarc(self, result: DmarcResult) -> None:
         self._dmarc[result].inc()
@@ -330,17 +340,23 @@ class TimedTransport:
     (status line, and a small body read for connection reuse); attempts the breaker refused are not POSTs."""
 
     def __init__(
-        self, transport: WebhookTransport, metrics: RelayMetrics, *, clock: Callable[[], float] = time.perf_counter
+        self,
+        transport: WebhookTransport,
+        metrics: RelayMetrics,
+        *,
+        target: str = WEBHOOK_TARGET,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.transport = transport
         self.metrics = metrics
+        self.target = target
         self._clock = clock
 
     async def post(self, body: bytes, headers: Mapping[str, str]) -> Attempt:
         start = self._clock()
         attempt = await self.transport.post(body, headers)
         if not attempt.circuit_open:
-            self.metrics.attempt(attempt, self._clock() - start)
+            self.metrics.attempt(attempt, self._clock() - start, target=self.target)
         return attempt
 
 

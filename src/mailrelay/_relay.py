@@ -8,12 +8,13 @@ import collections
 import dataclasses
 import functools
 import random
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 import structlog
 
+from bastion_core._logging import info_dropped
+from bastion_core._random import uuid4_hex
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
 from mailrelay._attachments import Attachment, AttachmentSink, InlineSink
 from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcement
@@ -24,7 +25,7 @@ from mailrelay._payload import build_payload
 from mailrelay._payload_v2 import MailAuth, Transaction, encode, payload_v2
 from mailrelay._processes import WorkerCrashed, WorkerProcesses
 from mailrelay._raw import RawMessage, RawStore
-from mailrelay._routing import DEFAULT_ROUTE
+from mailrelay._routing import DEFAULT_ROUTE, target_label
 from mailrelay._sender_rules import MessageFacts
 from mailrelay._target import DeliveryOutcome, DeliveryResult, DeliveryTarget
 from mailrelay.smtp import _replies as r
@@ -112,7 +113,7 @@ class Relay:
         processes: WorkerProcesses | None = None,
         metrics: RelayMetrics | None = None,
         payload_version: int = 1,
-        new_delivery_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        new_delivery_id: Callable[[], str] = uuid4_hex,  # uuid4().hex without a getrandom call each
         random: Callable[[], float] = random.random,
     ) -> None:
         self.target = target
@@ -150,7 +151,8 @@ class Relay:
         target = self.route_targets.get(route or "", self.target)
         if route is not None and self.route_targets:
             bound = bound.bind(route=route)
-        paused = self._paused(target, bound)
+        label = target_label(route)
+        paused = self._paused(target, label, bound)
         if paused is not None:
             return paused
         raw = envelope.content or b""
@@ -194,7 +196,7 @@ class Relay:
                 _payload_json,
                 sender=envelope.mail_from or "",
                 recipient=envelope.recipients[0] if envelope.recipients else "",
-                message=dataclasses.replace(message, parts=()),  # the attachments carry what the payload needs
+                message=dataclasses.replace(message, parts=()) if message.parts else message,  # attachments carry them
                 header_prefixes=self.header_prefixes,
                 attachments=attachments,
                 dmarc=verdict,
@@ -214,7 +216,7 @@ class Relay:
                     self.queue, body, delivery_id, route, (attachments, raw_message), bound, details
                 )
             bound.info("message_too_large_for_queue", payload_size=len(body))
-        return await self._deliver(target, body, delivery_id, (attachments, raw_message), bound, details)
+        return await self._deliver(target, label, body, delivery_id, (attachments, raw_message), bound, details)
 
     def _version(self, envelope: Envelope) -> int:
         """The payload version: the route's (routes file) when it sets one, else MAIL_RELAY_PAYLOAD_VERSION."""
@@ -275,7 +277,7 @@ class Relay:
                 self.metrics.sender_policy_denied()
         return decision.allowed
 
-    def _paused(self, target: DeliveryTarget, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
+    def _paused(self, target: DeliveryTarget, label: str, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
         """Direct mode while the target pauses: nothing can be delivered for now, so say so (451) before parsing,
         checking or uploading anything."""
         pause = target.pause() if self.queue is None else None
@@ -283,7 +285,7 @@ class Relay:
             return None
         bound.warning("message_deferred", reason="circuit_open", retry_in=round(pause.retry_in, 1))
         if self.metrics is not None:
-            self.metrics.delivery(Delivery.CIRCUIT_OPEN)
+            self.metrics.delivery(Delivery.CIRCUIT_OPEN, target=label)
         return r.temporary_failure(pause.reason)
 
     def _screen(self, message: ParsedMessage, bound: structlog.typing.FilteringBoundLogger) -> Screened | Reply:
@@ -306,6 +308,7 @@ class Relay:
     async def _deliver(
         self,
         target: DeliveryTarget,
+        label: str,
         body: bytes,
         delivery_id: str,
         stored: Stored,
@@ -316,11 +319,16 @@ class Relay:
         result = await target.deliver(body, delivery_id=delivery_id)
         if not result.posted:
             await self._discard(stored)
-        bound.info(
-            "message_relayed", outcome=result.outcome.value, attempts=result.attempts, status=result.status, **details
-        )
+        if not info_dropped():
+            bound.info(
+                "message_relayed",
+                outcome=result.outcome.value,
+                attempts=result.attempts,
+                status=result.status,
+                **details,
+            )
         if self.metrics is not None:
-            self.metrics.delivery(_delivery(result))
+            self.metrics.delivery(_delivery(result), target=label)
         if result.outcome is DeliveryOutcome.DELIVERED:
             return r.MESSAGE_ACCEPTED
         if result.outcome is DeliveryOutcome.REJECTED:
@@ -345,7 +353,8 @@ class Relay:
             if self.metrics is not None:
                 self.metrics.queue_publish_failed()
             return r.QUEUE_UNAVAILABLE
-        bound.info("message_queued", **details)
+        if not info_dropped():
+            bound.info("message_queued", **details)
         return r.MESSAGE_ACCEPTED
 
     def _dmarc_refusal(self, verdict: DmarcVerdict, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:

@@ -179,3 +179,9 @@ class Router:
     @property
     def pattern_count(self) -> int:
         return sum(len(route.patterns) for route in self.routes)
+
+
+def target_label(route: str | None) -> str:
+    """A route's breaker name and metrics `target` label: `webhook` for the default route (and none), `route:<name>`
+    for a routes-file route."""
+    return "webhook" if route is None or route == DEFAULT_ROUTE else f"route:{route}"

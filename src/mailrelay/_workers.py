@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+from bastion_core._logging import info_dropped
 from mailrelay._errors import QueueUnavailable
 from mailrelay._metrics import DeadLetter, Delivery, RelayMetrics, Retry
 from mailrelay._redelivery import Action, RedeliveryRules, decide
+from mailrelay._routing import target_label
 from mailrelay._target import DeliveryTarget, Verdict
 
 if TYPE_CHECKING:  # nats-py (the queue extra): loaded with the queue
@@ -121,9 +123,10 @@ class DeliveryWorkers:
         metrics = self.metrics
         if decision.action is Action.ACK:
             await message.ack()
-            bound.info("message_relayed", outcome="delivered", status=outcome.status, mode="queue")
+            if not info_dropped():
+                bound.info("message_relayed", outcome="delivered", status=outcome.status, mode="queue")
             if metrics is not None:
-                metrics.delivery(Delivery.DELIVERED)
+                metrics.delivery(Delivery.DELIVERED, target=target_label(message.route))
             return
         if decision.action is Action.RETRY:
             await message.nak(decision.delay)
@@ -152,7 +155,7 @@ class DeliveryWorkers:
         if metrics is not None:
             refused = outcome.verdict is Verdict.REJECTED
             metrics.dead_letter(DeadLetter.REFUSED if refused else DeadLetter.FAILED)
-            metrics.delivery(Delivery.REFUSED if refused else Delivery.FAILED)
+            metrics.delivery(Delivery.REFUSED if refused else Delivery.FAILED, target=target_label(message.route))
 
     async def stop(self, grace: float) -> None:
         if self._loop is not None:

@@ -151,6 +151,22 @@ class TestFamilies:
         }
         assert recorded(metrics, "mailrelay_webhook_circuit_state") == {'state="closed"': 1.0}
 
+    def test_a_routes_deliveries_and_attempts_have_its_target_label_and_the_alias_only_the_webhook(self) -> None:
+        metrics = fresh()
+        metrics.delivery(Delivery.DELIVERED)
+        metrics.delivery(Delivery.DELIVERED, target="route:billing")
+        metrics.delivery(Delivery.FAILED, target="route:billing")
+        metrics.attempt(Attempt(status=200), 0.01, target="route:billing")
+        assert recorded(metrics, "mailrelay_deliveries_total") == {
+            'outcome="delivered",target="webhook"': 1.0,
+            'outcome="delivered",target="route:billing"': 1.0,
+            'outcome="failed",target="route:billing"': 1.0,
+        }
+        assert recorded(metrics, "mailrelay_delivery_attempt_duration_seconds_count") == {
+            'outcome="delivered",target="route:billing"': 1.0
+        }
+        assert recorded(metrics, "mailrelay_webhook_deliveries_total") == {'outcome="delivered"': 1.0}
+
     def test_sender_policy_denials_are_counted(self) -> None:
         metrics = fresh()
         metrics.sender_policy_denied()
