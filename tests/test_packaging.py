@@ -33,10 +33,11 @@ PROJECTS = {name: _project(ROOT / "distributions" / name / "pyproject.toml") for
 
 
 def _requirements(project: dict[str, object]) -> list[Requirement]:
-    """The project's runtime requirements and its extras' (not its own distributions, not the root's dev tools)."""
+    """The project's runtime requirements and its extras' (not its own distributions, not the root's dev, bench, docs
+    and deploy tools)."""
     listed = [*project.get("dependencies", [])]  # type: ignore[misc]
     for extra, requirements in project.get("optional-dependencies", {}).items():  # type: ignore[attr-defined]
-        if extra not in ("dev", "bench", "all"):
+        if extra not in ("dev", "bench", "docs", "deploy", "all"):
             listed.extend(requirements)
     return [Requirement(text) for text in listed if not text.startswith(DISTRIBUTIONS)]
 

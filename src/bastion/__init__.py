@@ -30,11 +30,12 @@ if TYPE_CHECKING:
     from bastion._parts import Slot
     from bastion._service import Service
     from bastion.config import Settings, load_settings
-    from bastion.routing import ApiVersion, Deprecation, VersionedApi
+    from bastion.routing import ApiVersion, Brownout, Deprecation, VersionedApi
 
 _LAZY = {
     "ApiVersion": "bastion.routing",
     "BastionApp": "bastion._app",
+    "Brownout": "bastion.routing",
     "CacheStore": "bastion._cache_store",
     "Claims": "bastion._claims",
     "Deprecation": "bastion.routing",
@@ -58,6 +59,7 @@ __all__ = [
     "BadRequest",
     "BastionApp",
     "BastionError",
+    "Brownout",
     "CacheStore",
     "Claims",
     "ConfigError",

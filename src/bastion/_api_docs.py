@@ -207,7 +207,7 @@ class ApiDocs:
         self.gates = gates
         self.assets = load_assets()
         self._segments: dict[int, dict[str, frozenset[str]]] = {}
-        self._served: dict[int, tuple[dict[str, Any], bytes]] = {}
+        self._served: dict[int, tuple[dict[str, Any], str, bytes]] = {}
         """Per version: FastAPI's document (compared by identity) and the completed one's JSON bytes."""
         self._cache_control = b"%s, max-age=%d, immutable" % (b"public" if public else b"private", ASSET_MAX_AGE)
 
@@ -248,11 +248,12 @@ class ApiDocs:
         """Version ``number``'s document with the pipeline's answers (bastion.routing._openapi), as JSON."""
         raw = self.api.openapi(number, base_path=self.base_path, title=self.title, version=self.version)
         served = self._served.get(number)
-        if served is None or served[0] is not raw:
-            completed = complete_openapi(raw, gates=self.gates(number), segment_params=self._segments[number])
-            served = (raw, json_body(completed))
+        gates = self.gates(number)
+        if served is None or served[0] is not raw or served[1] != gates.policy_digest:
+            completed = complete_openapi(raw, gates=gates, segment_params=self._segments[number])
+            served = (raw, gates.policy_digest, json_body(completed))
             self._served[number] = served
-        return served[1]
+        return served[2]
 
     def _openapi_app(self, number: int) -> ASGIApp:
         async def serve(scope: Scope, receive: Receive, send: Send) -> None:

@@ -23,6 +23,7 @@ from bastion import _assembly as assembly
 from bastion import _extras as extras
 from bastion import _tls as tls
 from bastion._assembly import INLINE_DEPENDENCIES as INLINE_DEPENDENCIES
+from bastion._cache_store import RedisCacheStore
 from bastion._connections import ConnectionSlots
 from bastion._metrics import Metrics
 from bastion._parts import DependencyOverrides, ServiceParts, Slot
@@ -55,7 +56,7 @@ class BastionApp:
         names = assembly.identity(parts, settings)
         settings = self.settings = assembly.with_route_limits(parts, settings, base_path=names.base_path)
         self.name, self.version, self.base_path = names.name, names.version, names.base_path
-        self.metrics = Metrics(enabled=settings.metrics.enabled)
+        self.metrics = Metrics(enabled=settings.metrics.enabled, version_callers=settings.metrics.version_callers)
         self.tracing = Tracing.from_settings(
             settings.tracing, service=names.name, version=names.version, provider=tracer_provider
         )
@@ -87,6 +88,8 @@ class BastionApp:
             limiter_follows_token_auth=not parts.slots.get(Slot.TOKEN_AUTH),
         )
         self.cache_store, self.revocations, self.auditor = security.cache_store, security.revocations, security.auditor
+        if isinstance(security.cache_store, RedisCacheStore):
+            metrics.watch_cache_store(security.cache_store.available)
         self.policy, self.token_auth, self.rate_limiting = security.policy, security.token_auth, security.rate_limiting
         self.resilience = resilience = layers_from(parts.resilience, settings.middleware.resilience, metrics=metrics)
         assembly.check_grpc_layers(parts, settings)

@@ -22,11 +22,12 @@ from bastion import _extras as extras
 from bastion._api_docs import ApiDocs
 from bastion._app_settings import app_settings
 from bastion._audit import Auditor
+from bastion._cache_store import MemoryCacheStore
 from bastion._claims import current_claims, optional_claims
 from bastion._compat import fastapi as fastapi_compat
 from bastion._health import HEALTH_PATH, READY_PATH, Health, ReadinessCheck
 from bastion._metrics import Metrics, serve_metrics
-from bastion._parts import SECURITY_SLOTS, OverridesProvider, ServiceParts, Slot
+from bastion._parts import SECURITY_SLOTS, Layer, OverridesProvider, ServiceParts, Slot
 from bastion._pipeline import Step, assemble, pipeline
 from bastion._security import Security
 from bastion._tracing import Tracer
@@ -36,7 +37,9 @@ from bastion.broker._dependencies import current_broker, optional_broker
 from bastion.broker._specs import BrokerPlan, StreamSpec
 from bastion.config import AuditSettings, BrokerSettings, Settings
 from bastion.errors import ConfigError
+from bastion.idempotency import IdempotencyMiddleware, IdempotentRoutes
 from bastion.policy._engine import LoadedPolicies
+from bastion.policy._matrix import OperationRoles
 from bastion.policy._routes import reload_policy_route
 from bastion.ratelimit._rules import merge_route_options
 from bastion.resilience._capability import ResilienceGuard
@@ -137,6 +140,33 @@ def with_route_limits(parts: ServiceParts, settings: Settings, *, base_path: str
     return settings.model_copy(update={"rate_limit": settings.rate_limit.model_copy(update={"routes": routes})})
 
 
+def idempotency_layer(
+    parts: ServiceParts, settings: Settings, *, base_path: str, security: Security, metrics: Metrics
+) -> Layer | None:
+    """The idempotency step for ``[idempotency] routes`` and the routes registered with ``idempotency=True``, on
+    the app's cache store; ``None`` when no route takes a key. ConfigError for a bad pattern."""
+    patterns = list(settings.idempotency.routes)
+    for number, version in parts.api.versions.items():
+        prefix = parts.api.prefix(number, base_path)
+        for route in version.idempotent:
+            template = route.path.replace("{id}", "{id:str}")
+            patterns += [f"{method} {prefix}{template}" for method in sorted(route.methods or ())]
+    if not patterns:
+        return None
+    idempotency = settings.idempotency
+    if idempotency.in_flight_secs < settings.middleware.timeout_secs:
+        raise ConfigError(
+            f"idempotency.in_flight_secs = {idempotency.in_flight_secs} is shorter than middleware.timeout_secs = "
+            f"{settings.middleware.timeout_secs:g}: a retry could run while the first request still does"
+        )
+    store = security.cache_store
+    if isinstance(store, MemoryCacheStore):  # the records get a store of their own, with a byte cap
+        store = MemoryCacheStore(max_bytes=idempotency.memory_max_bytes)
+    return partial(
+        IdempotencyMiddleware, settings=idempotency, routes=IdempotentRoutes(patterns), store=store, metrics=metrics
+    )
+
+
 def check_grpc_layers(parts: ServiceParts, settings: Settings) -> None:
     """Refuse operator security layers that would leave gRPC methods unguarded (docs/grpc.md)."""
     if not settings.grpc.enabled or not parts.grpc_services:
@@ -154,8 +184,9 @@ def gates(
     number: int, *, settings: Settings, parts: ServiceParts, security: Security, resilience: Sequence[ResilienceGuard]
 ) -> Gates:
     """What the pipeline does in front of version ``number``'s operations: the answers its document lists."""
-    token_auth, slots = security.token_auth, parts.slots
+    token_auth, slots, policy = security.token_auth, parts.slots, security.policy
     guards = [layer for layer in resilience if layer.spec.version in (None, number)]
+    roles = None if policy is None else OperationRoles(lambda: policy.policies, parts.resource_attributes)
     return Gates(
         needs_token=token_auth.rules.requires_token if token_auth is not None else None,
         bearer_format=token_format(settings.token.format).bearer_format,
@@ -165,6 +196,8 @@ def gates(
         guarded=lambda template: any(layer.applies({"path": template, SCOPE_API_VERSION: number}) for layer in guards),
         max_body_bytes=settings.middleware.max_body_bytes,
         timeout_secs=settings.middleware.timeout_secs,
+        permitted_roles=roles,
+        policy_digest=roles.digest if roles is not None else "",
     )
 
 
@@ -277,6 +310,7 @@ def streams(settings: BrokerSettings, declared: BrokerPlan) -> tuple[StreamSpec,
             max_messages=stream.max_messages,
             max_age=stream.max_age,
             retention=stream.retention,
+            num_replicas=stream.num_replicas,
         )
         for name, stream in settings.streams.items()
     }
@@ -364,6 +398,9 @@ def steps(
             token_auth=security.credentials or security.token_auth,
             rate_limit=security.rate_limiting,
             policy=security.policy,
+            idempotency=idempotency_layer(
+                parts, settings, base_path=names.base_path, security=security, metrics=metrics
+            ),
             resilience=[(layer.name, layer) for layer in resilience],
             operator=parts.slots,
             exception_handlers=parts.exception_handlers,

@@ -42,40 +42,76 @@ class CacheStore(Protocol):
 
     async def exists(self, key: str) -> bool: ...
 
+    async def claim(self, key: str, value: bytes, *, ttl_secs: float) -> bytes | None:
+        """Set ``key`` to ``value`` unless it exists, atomically: ``None`` when set, else the value already there
+        (unchanged). On Redis/Valkey one ``SET NX GET`` (Redis 7+)."""
+        ...
+
+    async def delete(self, key: str) -> None: ...
+
     async def ping(self) -> None: ...
 
     async def close(self) -> None: ...
 
 
 class MemoryCacheStore:
-    """In-process store: one instance only, lost on restart. Expired keys are dropped when read or swept."""
+    """In-process store: one instance only, lost on restart. Expired keys are dropped when read or swept.
+
+    A sweep runs after every ``max(SWEEP_EVERY, len(self))`` writes, so its cost per write stays constant however
+    many keys are held. ``max_bytes`` (unset: no cap) bounds the values held: past it the oldest writes are
+    forgotten first (the idempotency step's own store uses it; never the store of revocations).
+    """
 
     SWEEP_EVERY = 1024
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic, max_bytes: int | None = None) -> None:
         self._data: dict[str, tuple[bytes, float]] = {}
         self._clock = clock
         self._writes = 0
+        self._next_sweep = self.SWEEP_EVERY
+        self.max_bytes = max_bytes
+        self._bytes = 0
 
     async def get(self, key: str) -> bytes | None:
         item = self._data.get(key)
         if item is None:
             return None
         if item[1] <= self._clock():
-            del self._data[key]
+            self._drop(key)
             return None
         return item[0]
 
     async def set(self, key: str, value: bytes, *, ttl_secs: float) -> None:
+        if self.max_bytes is not None:
+            self._drop(key)  # written again: now the newest
+            self._bytes += len(value)
         self._data[key] = (value, self._clock() + ttl_secs)
         self._writes += 1
-        if self._writes % self.SWEEP_EVERY == 0:
+        if self._writes >= self._next_sweep:
             now = self._clock()
             for stale in [k for k, (_, expires) in self._data.items() if expires <= now]:
-                del self._data[stale]
+                self._drop(stale)
+            self._next_sweep = self._writes + max(self.SWEEP_EVERY, len(self._data))
+        if self.max_bytes is not None:
+            while self._bytes > self.max_bytes and self._data:
+                self._drop(next(iter(self._data)))
+
+    def _drop(self, key: str) -> None:
+        item = self._data.pop(key, None)
+        if item is not None and self.max_bytes is not None:
+            self._bytes -= len(item[0])
 
     async def exists(self, key: str) -> bool:
         return await self.get(key) is not None
+
+    async def claim(self, key: str, value: bytes, *, ttl_secs: float) -> bytes | None:
+        current = await self.get(key)
+        if current is None:
+            await self.set(key, value, ttl_secs=ttl_secs)
+        return current
+
+    async def delete(self, key: str) -> None:
+        self._drop(key)
 
     async def ping(self) -> None:
         return None
@@ -106,6 +142,10 @@ class RedisCacheStore:
         )
         self.client = redis.Redis.from_pool(pool)
         self._down = False
+
+    def available(self) -> bool:
+        """False from a failed operation until one succeeds (``/ready``'s ping included): ``bastion_cache_store_up``."""
+        return not self._down
 
     def _failed(self, exc: Exception) -> CacheStoreError:
         if not self._down:
@@ -142,6 +182,23 @@ class RedisCacheStore:
             raise self._failed(exc) from exc
         self._ok()
         return bool(found)
+
+    async def claim(self, key: str, value: bytes, *, ttl_secs: float) -> bytes | None:
+        try:
+            current = await self.client.set(key, value, px=max(1, round(ttl_secs * 1000)), nx=True, get=True)
+        except (self._redis_error, OSError) as exc:
+            raise self._failed(exc) from exc
+        self._ok()
+        if current is None or isinstance(current, bytes):
+            return current
+        return str(current).encode()
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self.client.delete(key)
+        except (self._redis_error, OSError) as exc:
+            raise self._failed(exc) from exc
+        self._ok()
 
     async def ping(self) -> None:
         try:

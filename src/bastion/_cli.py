@@ -12,33 +12,24 @@ import traceback
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bastion import _dev_ca as dev_ca
 from bastion import _extras as extras
+from bastion._cli_deprecations import add_deprecation_commands
+from bastion._cli_policy import add_policy_commands
 from bastion.config import Settings, load_settings, masked
-from bastion.config._env import dotenv_overrides
+from bastion.config._env import apply_dotenv
 from bastion.errors import ConfigError
 from bastion_core._manual import output_closed
 
-if TYPE_CHECKING:
-    from bastion.policy._schema import PolicySchema
-
-EXIT_OK, EXIT_DENIED, EXIT_CONFIG = 0, 1, 2
-
-
-def _load_dotenv() -> None:
-    """``SERVICE_*`` variables from ``./.env`` into the environment, under those already set (and inherited by
-    the workers of ``--workers N``)."""
-    for name, value in dotenv_overrides().items():
-        os.environ.setdefault(name, value)
+EXIT_OK, EXIT_CONFIG = 0, 2
 
 
 def _run(args: argparse.Namespace) -> int:
     from bastion._runner import serve
     from bastion._telemetry import configure_logging
 
-    _load_dotenv()
+    apply_dotenv()
     if args.log_level:
         # Above the environment, the file and the defaults; the workers of --workers N read it too.
         os.environ["SERVICE_LOG_LEVEL"] = args.log_level
@@ -100,7 +91,7 @@ def _check_config(args: argparse.Namespace) -> int:
     from bastion._telemetry import configure_logging
 
     configure_logging("warning", "console")  # stdout stays the JSON document
-    _load_dotenv()
+    apply_dotenv()
     settings = load_settings(args.file)
     extras.check(settings)
     app_settings = None
@@ -193,106 +184,7 @@ def _dev_token(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _json_object(text: str) -> dict[str, object]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg} at column {exc.colno}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object")
-    return value
-
-
-def _service_schema(args: argparse.Namespace) -> PolicySchema:
-    """Import and build ``args.app`` with ``args.config`` (embedded defaults without) and return its policy schema.
-
-    Token authentication and policy are off for this build: their keys and policy file play no part in the
-    schema (the file to check is the command's). A bad app is a ConfigError, as for ``bastion run``.
-    """
-    from bastion._runner import import_service
-
-    settings = load_settings(args.config)
-    settings = settings.model_copy(
-        update={
-            "token": settings.token.model_copy(update={"enabled": False}),
-            "policy": settings.policy.model_copy(update={"enabled": False}),
-        }
-    )
-    app = import_service(args.app, app_dir=args.app_dir).build(settings)
-    try:
-        return app.policy_schema()
-    finally:
-        asyncio.run(app.aclose())
-
-
-def _policy_check(args: argparse.Namespace) -> int:
-    """Parse FILE; with ``--app``, validate it against that service's schema too (every problem on its own
-    ``error:`` line, exit 2)."""
-    from bastion._telemetry import configure_logging
-    from bastion.policy._engine import PolicyValidationError, load_policies
-    from bastion.policy._validation import validate
-
-    if args.config and not args.app:
-        raise ConfigError("policy check --config names the configuration of --app MODULE:ATTR: give both")
-    loaded = load_policies(args.file)
-    context = "any" if loaded.context_attributes is None else ", ".join(sorted(loaded.context_attributes)) or "none"
-    validated = ""
-    if args.app:
-        configure_logging("warning", "console")  # the app's build logs go to stderr
-        _load_dotenv()
-        schema = _service_schema(args)
-        errors, warnings = validate(schema, loaded)
-        for warning in warnings:
-            print(f"warning: {loaded.origin}: {warning}", file=sys.stderr)
-        if errors:
-            for line in PolicyValidationError(loaded.origin, tuple(errors)).lines:
-                print(f"error: {line}", file=sys.stderr)
-            return EXIT_CONFIG
-        validated = f"; valid against the schema of {args.app}, {len(schema.actions)} actions"
-    print(
-        f"{args.file}: {loaded.statements} policies OK "
-        f"(digest {loaded.digest}; context attributes read: {context}{validated})"
-    )
-    return EXIT_OK
-
-
-def _policy_schema(args: argparse.Namespace) -> int:
-    """Print the Cedar schema (JSON) of MODULE:ATTR's actions, principals, resources and context."""
-    from bastion._telemetry import configure_logging
-
-    configure_logging("warning", "console")  # stdout stays the JSON document
-    _load_dotenv()
-    schema = _service_schema(args)
-    print(json.dumps(schema.document(), indent=2))
-    return EXIT_OK
-
-
-def _policy_eval(args: argparse.Namespace) -> int:
-    from bastion.policy._capability import PRINCIPAL_TYPE, RESOURCE_TYPE, action_context
-    from bastion.policy._engine import evaluate, load_policies
-
-    loaded = load_policies(args.file)
-    principal = dict(args.principal)
-    principal.setdefault("roles", [])
-    principal.setdefault("perms", [])
-    principal_id = str(principal.get("sub") or principal.get("client_id") or "anonymous")
-    decision = evaluate(
-        loaded,
-        principal=(PRINCIPAL_TYPE, principal_id, principal),
-        action=args.action,
-        resource=(RESOURCE_TYPE, args.resource_id, args.resource),
-        context={**action_context(args.action), **args.context},
-    )
-    verdict = "ERROR" if decision.failed else "ALLOW" if decision.allowed else "DENY"
-    print(verdict)
-    for reason in decision.reasons:
-        print(f"  reason: {reason}")
-    for error in decision.errors:
-        print(f"  error: {error}")
-    return EXIT_OK if decision.allowed else EXIT_DENIED
-
-
-COMMANDS = ("run", "check-config", "policy", "dev-keys", "dev-ca", "dev-token", "docs")
+COMMANDS = ("run", "check-config", "policy", "deprecations", "dev-keys", "dev-ca", "dev-token", "docs")
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -342,43 +234,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--app-dir", default=".", help="directory added to sys.path before importing (default: .)")
     check.set_defaults(handler=_check_config)
 
-    policy = commands.add_parser("policy", help="check or evaluate a Cedar policy file; print a service's schema")
-    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
-    check_policy = policy_commands.add_parser(
-        "check", help="parse FILE (and validate it against --app's schema); report the statement, line and @id"
-    )
-    check_policy.add_argument("file", metavar="FILE")
-    check_policy.add_argument("--app", metavar="MODULE:ATTR", help="validate against this service's Cedar schema")
-    check_policy.add_argument("--config", metavar="FILE", help="the service's TOML configuration (with --app)")
-    check_policy.add_argument(
-        "--app-dir", default=".", help="directory added to sys.path before importing (default: .)"
-    )
-    check_policy.set_defaults(handler=_policy_check)
-    schema = policy_commands.add_parser("schema", help="print the Cedar schema (JSON) of MODULE:ATTR")
-    schema.add_argument("app", metavar="MODULE:ATTR", help="e.g. examples.documents_api:service")
-    schema.add_argument("--config", metavar="FILE", help="the service's TOML configuration")
-    schema.add_argument("--app-dir", default=".", help="directory added to sys.path before importing (default: .)")
-    schema.set_defaults(handler=_policy_schema)
-    evaluate = policy_commands.add_parser("eval", help="decide one request against FILE and print the reasons")
-    evaluate.add_argument("file", metavar="FILE")
-    evaluate.add_argument(
-        "--principal",
-        type=_json_object,
-        default={},
-        help='principal attributes, e.g. \'{"sub":"alice","roles":["user"]}\'',
-    )
-    evaluate.add_argument("--action", required=True, help='e.g. "GET /api/v1/documents/{user_id}/{doc_id}"')
-    evaluate.add_argument(
-        "--resource", type=_json_object, default={}, help='resource attributes, e.g. \'{"owner_id":"alice"}\''
-    )
-    evaluate.add_argument("--resource-id", default="resource", help="resource entity id (default: resource)")
-    evaluate.add_argument(
-        "--context",
-        type=_json_object,
-        default={},
-        help='context, e.g. \'{"ip_address":"10.0.0.1"}\' (method, path and version come from --action)',
-    )
-    evaluate.set_defaults(handler=_policy_eval)
+    add_policy_commands(commands)
+    add_deprecation_commands(commands)
 
     keys = commands.add_parser("dev-keys", help="development only: create an RS256 key pair (kept if present)")
     keys.add_argument("--dir", default=".dev", help="where to write jwt-private.pem and jwt-public.pem (.dev)")

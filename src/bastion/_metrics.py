@@ -17,9 +17,7 @@ workers and a scrape reads them all.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import (
@@ -48,6 +46,9 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 
 BREAKER_STATES = {"closed": 0, "open": 1, "half_open": 2}
 
 
+OTHER_CALLER = "other"
+"""The ``caller`` of ``api_version_requests`` once ``metrics.version_callers`` distinct callers are counted."""
+
 _INSTRUMENTS = (
     "_version",
     "_duration",
@@ -60,6 +61,8 @@ _INSTRUMENTS = (
     "_consumed",
     "_requests",
     "_grpc",
+    "_rate_limit_events",
+    "_idempotency",
 )
 
 
@@ -105,13 +108,17 @@ _NOTHING = _Nothing()
 class Metrics:
     """The instruments of one app. ``Metrics.off()`` records nothing (``metrics.enabled = false``)."""
 
-    def __init__(self, *, enabled: bool = True, multiprocess_dir: str | None = None) -> None:
+    def __init__(self, *, enabled: bool = True, multiprocess_dir: str | None = None, version_callers: int = 0) -> None:
         self.enabled = enabled
+        self.version_callers = version_callers
+        """``metrics.version_callers``: the ``caller`` label's distinct values per process (0: no such label)."""
+        self._callers: set[str] = set()
         self.traced = False
         """Tracing is on: the outcomes recorded here also go on the current request's span."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.multiprocess_dir = multiprocess_dir if multiprocess_dir is not None else os.environ.get(MULTIPROC_ENV)
         self._state_sources: list[Callable[[], Iterable[tuple[str, str]]]] = []
+        self._store_sources: list[Callable[[], bool]] = []
         self._tls_sources: list[Callable[[], Iterable[tuple[str, float | None, int, int]]]] = []
         if not enabled:
             for name in _INSTRUMENTS:
@@ -122,7 +129,7 @@ class Metrics:
             Counter(
                 "api_version_requests",
                 "Requests per API version (api.version.requests)",
-                ["version", "deprecated", "replacement_version"],
+                ["version", "deprecated", "replacement_version", *(["caller"] if version_callers else [])],
                 registry=registry,
             )
         )
@@ -196,7 +203,24 @@ class Metrics:
                 registry=registry,
             )
         )
+        self._rate_limit_events = _Children(
+            Counter(
+                "bastion_rate_limit_events",
+                "Rate-limit events: unknown_plan (the default limits applied), local_fallback (store down)",
+                ["event"],
+                registry=registry,
+            )
+        )
+        self._idempotency = _Children(
+            Counter(
+                "bastion_idempotency_requests",
+                "Requests with an Idempotency-Key, by outcome (stored, replayed, conflict, mismatch, not_stored)",
+                ["outcome"],
+                registry=registry,
+            )
+        )
         registry.register(_BreakerStates(self._state_sources))
+        registry.register(_CacheStoreUp(self._store_sources))
         registry.register(_TlsCertificates(self._tls_sources))
 
     @classmethod
@@ -214,9 +238,19 @@ class Metrics:
     def request_finished(self, method: str, route: str, status: int, seconds: float) -> None:
         self._duration(method_label(method), route, str(status)).observe(seconds)
 
-    def version_request(self, version: int, replacement: int | None) -> None:
+    def version_request(self, version: int, replacement: int | None, caller: str = "") -> None:
+        """Count one request under ``version``; ``caller`` is used when ``version_callers`` is on (the first
+        ``version_callers`` distinct callers by name, every later one as ``other``)."""
         deprecated = replacement is not None
-        self._version(f"v{version}", "true" if deprecated else "false", f"v{replacement}" if deprecated else "").inc()
+        labels = [f"v{version}", "true" if deprecated else "false", f"v{replacement}" if deprecated else ""]
+        if self.version_callers:
+            if caller not in self._callers:
+                if len(self._callers) >= self.version_callers:
+                    caller = OTHER_CALLER
+                else:
+                    self._callers.add(caller)
+            labels.append(caller)
+        self._version(*labels).inc()
 
     def rate_limited(self, bucket: str) -> None:
         self._rate_limited(bucket).inc()
@@ -228,6 +262,14 @@ class Metrics:
         """Only called when ``traced`` (nothing is counted for an allowed request)."""
         note("bastion.rate_limit.outcome", "allowed")
         note("bastion.rate_limit.bucket", bucket)
+
+    def rate_limit_event(self, event: str) -> None:
+        self._rate_limit_events(event).inc()
+
+    def idempotency(self, outcome: str) -> None:
+        self._idempotency(outcome).inc()
+        if self.traced:
+            note("bastion.idempotency.outcome", outcome)
 
     def policy_decision(self, decision: str) -> None:
         self._decisions(decision).inc()
@@ -268,6 +310,11 @@ class Metrics:
         if self.enabled:
             self._state_sources.append(source)
 
+    def watch_cache_store(self, source: Callable[[], bool]) -> None:
+        """``source()`` says whether the Redis/Valkey cache store answered its last operation, read at each scrape."""
+        if self.enabled:
+            self._store_sources.append(source)
+
     # -- exposition ---------------------------------------------------------------------------------------------
 
     def exposition(self) -> bytes:
@@ -276,6 +323,7 @@ class Metrics:
             merged = CollectorRegistry()
             MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
             merged.register(_BreakerStates(self._state_sources))
+            merged.register(_CacheStoreUp(self._store_sources))
             merged.register(_TlsCertificates(self._tls_sources))
             return generate_latest(merged)
         return generate_latest(self.registry)
@@ -347,6 +395,22 @@ class _TlsCertificates:
         yield reloads
 
 
+class _CacheStoreUp:
+    """``bastion_cache_store_up``: 1 while the cache store answers, 0 after a failed operation; only with
+    ``cache_store.url`` (the in-process store cannot fail)."""
+
+    def __init__(self, sources: list[Callable[[], bool]]) -> None:
+        self.sources = sources
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        if self.sources:
+            up = all(source() for source in self.sources)
+            yield GaugeMetricFamily("bastion_cache_store_up", "1 while the cache store answers, else 0", value=int(up))
+
+
 NO_METRICS = Metrics.off()
 """What a capability records into when its app has metrics off (or it is built outside an app)."""
 
@@ -360,81 +424,3 @@ async def serve_metrics(metrics: Metrics, scope: Scope, receive: Receive, send: 
     body = metrics.exposition()
     headers = [(b"content-type", metrics.content_type.encode()), (b"content-length", str(len(body)).encode())]
     await send_response(send, 200, headers, body, head=method == "HEAD")
-
-
-class _Handler(BaseHTTPRequestHandler):
-    """One request of the metrics listener (``self.server.listener`` says what to answer)."""
-
-    server: _Server
-    timeout = 10  # a client that sends nothing is dropped, its thread freed
-    protocol_version = "HTTP/1.1"
-
-    def version_string(self) -> str:
-        return "bastion"  # no versions on the wire
-
-    def do_GET(self) -> None:  # http.server's naming
-        self._answer(head=False)
-
-    def do_HEAD(self) -> None:
-        self._answer(head=True)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("do_"):  # every other method: 405 on the path, 404 elsewhere (not http.server's 501)
-            return lambda: self._answer(head=False, allowed=False)
-        raise AttributeError(name)
-
-    def _answer(self, *, head: bool, allowed: bool = True) -> None:
-        listener = self.server.listener
-        extra: list[tuple[str, str]] = []
-        if self.path.split("?", 1)[0] != listener.path:
-            status, content_type, body = 404, "text/plain; charset=utf-8", b"Not Found"
-        elif not allowed:
-            status, content_type, body = 405, "text/plain; charset=utf-8", b"Method Not Allowed"
-            extra.append(("Allow", "GET, HEAD"))
-        else:
-            status, content_type, body = 200, CONTENT_TYPE_PLAIN_0_0_4, listener.expose()
-        self.send_response(status)
-        for name, value in [("Content-Type", content_type), ("Content-Length", str(len(body))), *extra]:
-            self.send_header(name, value)
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
-        if not head:
-            self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:  # a scrape is not worth a log line
-        pass
-
-
-class _Server(ThreadingHTTPServer):
-    listener: MetricsListener
-
-
-class MetricsListener:
-    """``metrics.port``: the exposition on a port of its own, answered by threads of a stdlib HTTP server (it runs
-    in the supervisor of ``--workers N`` too, which has no event loop). ``GET``/``HEAD`` on ``path`` -> 200, another
-    method there -> 405, any other path -> 404 ``Not Found``. ``expose()`` must be thread-safe (prometheus-client's
-    collection is; breaker states are read without side effects)."""
-
-    def __init__(self, expose: Callable[[], bytes], *, path: str) -> None:
-        self.expose = expose
-        self.path = path
-        self._server: _Server | None = None
-
-    def start(self, host: str, port: int) -> None:
-        """Bind and serve; an OSError (port in use, unknown host) is the caller's to report."""
-        server = self._server = _Server((host, port), _Handler)
-        server.listener = self
-        threading.Thread(target=server.serve_forever, name="bastion-metrics", daemon=True).start()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.server_address[1])
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None

@@ -27,6 +27,8 @@ The capability steps are guards (``bastion._guard``): one check and its exemptio
     token_auth          401; then the operator's Slot.TOKEN_AUTH layers               (a key in [token])
     rate_limit          429; then the operator's Slot.RATE_LIMIT layers               ([rate_limit])
     policy              403; then the operator's Slot.POLICY layers                   (a policy_path in [policy])
+    idempotency         a repeated Idempotency-Key replays the stored response; 400/409/422/503
+                        (HTTP only; on when [idempotency] routes or a route's idempotency=True name a route)
     resilience          one step per service.use_resilience(...) (bulkhead inside breaker -> 503); then the
                         operator's Slot.RESILIENCE layers
     (dispatch)          /health, /ready, versioned routes, frontend routes, fallback
@@ -85,6 +87,27 @@ def _slot(
     return steps
 
 
+def _observe(
+    settings: Settings, *, metrics: Metrics, tracer: Tracer | None, builtin_paths: frozenset[str]
+) -> Step | None:
+    """The observe step, when metrics, the access log or tracing is on."""
+    middleware = settings.middleware
+    if not (metrics.enabled or middleware.access_log.enabled or tracer is not None):
+        return None
+    public = settings.metrics.public and settings.metrics.port is None
+    return Step(
+        "observe",
+        partial(
+            ObserveMiddleware,
+            access_log=middleware.access_log,
+            metrics=metrics,
+            metrics_path=settings.metrics.path if public else None,
+            builtin_paths=builtin_paths,
+            tracer=tracer,
+        ),
+    )
+
+
 def pipeline(
     settings: Settings,
     *,
@@ -96,30 +119,17 @@ def pipeline(
     token_auth: Guard | None,
     rate_limit: Guard | None,
     policy: Guard | None,
+    idempotency: Layer | None = None,
     resilience: Sequence[tuple[str, Guard]] = (),
     operator: Mapping[Slot, Sequence[SlotUse]],
     builtin_paths: frozenset[str] = frozenset(),
     exception_handlers: ExceptionHandlers | None = None,
 ) -> list[Step]:
     """The steps for these settings, outermost first (the order in the module docstring)."""
-    middleware = settings.middleware
+    middleware, form = settings.middleware, settings.service.deprecation_header
     listed: list[Step | None] = [
         Step("request_id", partial(RequestIdMiddleware, security=middleware.security_headers)),
-        Step(
-            "observe",
-            partial(
-                ObserveMiddleware,
-                access_log=middleware.access_log,
-                metrics=metrics,
-                metrics_path=settings.metrics.path
-                if settings.metrics.public and settings.metrics.port is None
-                else None,
-                builtin_paths=builtin_paths,
-                tracer=tracer,
-            ),
-        )
-        if metrics.enabled or middleware.access_log.enabled or tracer is not None
-        else None,
+        _observe(settings, metrics=metrics, tracer=tracer, builtin_paths=builtin_paths),
         Step("panic_recovery", PanicRecoveryMiddleware),
         Step("cors", partial(CorsMiddleware, settings=middleware.cors)) if cors_enabled(middleware.cors) else None,
         Step("error_rendering", partial(ErrorRenderingMiddleware, handlers=exception_handlers)),
@@ -136,11 +146,12 @@ def pipeline(
         Step("compression", partial(CompressionMiddleware, settings=middleware.compression))
         if middleware.compression.enabled
         else None,
-        Step("deprecation", partial(DeprecationMiddleware, api=api, base_path=base_path, metrics=metrics)),
+        Step("deprecation", partial(DeprecationMiddleware, api=api, base_path=base_path, metrics=metrics, form=form)),
         Step("route_resolution", partial(RouteResolutionMiddleware, table=routes)),
         *_slot(Slot.TOKEN_AUTH, token_auth, operator),
         *_slot(Slot.RATE_LIMIT, rate_limit, operator),
         *_slot(Slot.POLICY, policy, operator),
+        Step("idempotency", idempotency) if idempotency is not None else None,
         *(step for name, layer in resilience for step in _slot(Slot.RESILIENCE, layer, {}, named=name)),
         *_slot(Slot.RESILIENCE, None, operator),
     ]

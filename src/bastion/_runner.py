@@ -39,7 +39,8 @@ from bastion import _extras as extras
 from bastion._app import BastionApp
 from bastion._compat import uvicorn as uvicorn_compat
 from bastion._listener import ListenerConfig, ListenerLimits, SniffingProtocol, WebSocketProtocol
-from bastion._metrics import MULTIPROC_ENV, MetricsListener, multiprocess_exposition
+from bastion._metrics import MULTIPROC_ENV, multiprocess_exposition
+from bastion._metrics_listener import MetricsListener
 from bastion._service import Service
 from bastion._telemetry import configure_logging
 from bastion.config import Settings, load_settings

@@ -28,6 +28,7 @@ from bastion.policy._schema import cedar_attributes
 from bastion.resilience._capability import ResilienceSpec
 from bastion.routing import ApiVersion, VersionedApi
 from bastion.routing._fallback import FallbackHandler, handler_app
+from bastion.routing._sunset import Brownout
 from bastion.types import ASGIApp
 
 if TYPE_CHECKING:
@@ -97,10 +98,27 @@ class Service(BrokerRegistrations):
         return self.api.version(number, **kwargs)
 
     def deprecate(
-        self, number: int, *, replacement: int, sunset: str | None = None, message: str | None = None
+        self,
+        number: int,
+        *,
+        replacement: int,
+        sunset: str | None = None,
+        message: str | None = None,
+        enforce_sunset: bool = False,
+        brownout: Brownout | None = None,
+        since: str | None = None,
     ) -> None:
-        """Mark version ``number`` deprecated (see :meth:`VersionedApi.deprecate`)."""
-        self.api.deprecate(number, replacement=replacement, sunset=sunset, message=message)
+        """Mark version ``number`` deprecated (see :meth:`VersionedApi.deprecate`): ``enforce_sunset`` answers
+        410 Gone from the sunset on, ``brownout`` for a share of the time before it (docs/pipeline.md)."""
+        self.api.deprecate(
+            number,
+            replacement=replacement,
+            sunset=sunset,
+            message=message,
+            enforce_sunset=enforce_sunset,
+            brownout=brownout,
+            since=since,
+        )
 
     @before_build
     def add_readiness_check(self, name: str, check: Callable[[], object], *, optional: bool = False) -> None:

@@ -9,6 +9,7 @@ from typing import ParamSpec, TypeVar
 from bastion.broker._handlers import BoundHandler
 from bastion.broker._handlers import Handler as BrokerHandler
 from bastion.broker._specs import ConsumerSpec, ResponderSpec, Retention, StreamSpec, SubscriberSpec
+from bastion.config._messaging import MAX_REPLICAS
 from bastion.config._values import check_subject
 from bastion.errors import ConfigError
 
@@ -57,16 +58,25 @@ class BrokerRegistrations:
         max_messages: int = -1,
         max_age: float = 0.0,
         retention: Retention = "limits",
+        num_replicas: int | None = None,
     ) -> None:
         """Declare a JetStream stream, created (or updated) when the broker connects. ``max_age`` in seconds
-        (0: no age limit); ``retention``: ``"limits"``, ``"interest"`` or ``"workqueue"``. A
-        ``[broker.streams.NAME]`` table of the same name in the config replaces this declaration."""
+        (0: no age limit); ``retention``: ``"limits"``, ``"interest"`` or ``"workqueue"``; ``num_replicas``:
+        1 to 5 copies on a NATS cluster (``None``: the server's default when created, an existing stream's own
+        count kept). A ``[broker.streams.NAME]`` table of the same name in the config replaces this declaration."""
         checked = [_subject(subject, wildcards=True) for subject in subjects]
         if not checked:
             raise ConfigError(f"stream {name!r} needs at least one subject")
+        if num_replicas is not None and not 1 <= num_replicas <= MAX_REPLICAS:
+            raise ConfigError(f"stream {name!r}: num_replicas must be 1 to {MAX_REPLICAS}, got {num_replicas}")
         self._streams.append(
             StreamSpec(
-                name=name, subjects=tuple(checked), max_messages=max_messages, max_age=max_age, retention=retention
+                name=name,
+                subjects=tuple(checked),
+                max_messages=max_messages,
+                max_age=max_age,
+                retention=retention,
+                num_replicas=num_replicas,
             )
         )
 

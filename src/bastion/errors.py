@@ -5,7 +5,9 @@
     BastionError                      500 INTERNAL_ERROR
     ├── BadRequest                    400 BAD_REQUEST
     │   ├── MalformedBody             400 MALFORMED_BODY
-    │   └── JsonTooDeep               400 JSON_TOO_DEEP
+    │   ├── JsonTooDeep               400 JSON_TOO_DEEP
+    │   ├── IdempotencyKeyMissing     400 IDEMPOTENCY_KEY_MISSING
+    │   └── IdempotencyKeyInvalid     400 IDEMPOTENCY_KEY_INVALID
     ├── TokenError                    401 UNAUTHORIZED
     │   ├── InvalidToken              401 INVALID_TOKEN
     │   ├── TokenExpired              401 TOKEN_EXPIRED
@@ -16,10 +18,13 @@
     ├── NotFound                      404 NOT_FOUND
     ├── MethodNotAllowed              405 METHOD_NOT_ALLOWED
     ├── RequestTimeout                408 REQUEST_TIMEOUT (the body did not arrive in time)
+    ├── IdempotencyConflict           409 IDEMPOTENCY_CONFLICT (the first request with the key still runs)
+    ├── Gone                          410 GONE (a sunset API version)
     ├── PayloadTooLarge               413 PAYLOAD_TOO_LARGE
     ├── UnsupportedMediaType          415 UNSUPPORTED_MEDIA_TYPE
     ├── HeadersTooLarge               431 HEADERS_TOO_LARGE (written by the listener itself)
     ├── ValidationFailed              422 VALIDATION_ERROR
+    ├── IdempotencyKeyReused          422 IDEMPOTENCY_KEY_REUSED (the key came with another request)
     ├── RateLimitExceeded             429 RATE_LIMIT_EXCEEDED (+ retry_after)
     ├── PolicyError                   500 POLICY_ERROR
     ├── TransferCodingNotImplemented  501 NOT_IMPLEMENTED (written by the listener itself)
@@ -28,6 +33,7 @@
     │   ├── CircuitOpen
     │   ├── BulkheadFull
     │   ├── NotReady
+    │   ├── IdempotencyUnavailable    503 IDEMPOTENCY_UNAVAILABLE
     │   ├── BrokerUnavailable         503 BROKER_UNAVAILABLE
     │   └── NoResponders              503 NO_RESPONDERS
     ├── BrokerRequestFailed           502 BROKER_REQUEST_FAILED
@@ -62,7 +68,13 @@ __all__ = [
     "ClientCertificateRequired",
     "ConfigError",
     "GatewayTimeout",
+    "Gone",
     "HeadersTooLarge",
+    "IdempotencyConflict",
+    "IdempotencyKeyInvalid",
+    "IdempotencyKeyMissing",
+    "IdempotencyKeyReused",
+    "IdempotencyUnavailable",
     "InvalidToken",
     "JsonTooDeep",
     "MalformedBody",
@@ -122,6 +134,32 @@ class JsonTooDeep(BadRequest):
     code, message = "JSON_TOO_DEEP", "Request body nests JSON too deeply"
 
 
+class IdempotencyKeyMissing(BadRequest):
+    """A route that requires an ``Idempotency-Key`` got none."""
+
+    code, message = "IDEMPOTENCY_KEY_MISSING", "This route requires an Idempotency-Key header"
+
+
+class IdempotencyKeyInvalid(BadRequest):
+    """The ``Idempotency-Key`` is empty, too long or not printable ASCII."""
+
+    code, message = "IDEMPOTENCY_KEY_INVALID", "Idempotency-Key must be 1 to 255 printable ASCII characters"
+
+
+class IdempotencyConflict(BastionError):
+    """A request with the same ``Idempotency-Key`` is still being processed."""
+
+    status, code, grpc_status = 409, "IDEMPOTENCY_CONFLICT", "ABORTED"
+    message = "A request with this Idempotency-Key is still being processed"
+
+
+class IdempotencyKeyReused(BastionError):
+    """The ``Idempotency-Key`` was first used with a different request (method, path, query or body)."""
+
+    status, code, grpc_status = 422, "IDEMPOTENCY_KEY_REUSED", "INVALID_ARGUMENT"
+    message = "This Idempotency-Key was used with a different request"
+
+
 class TokenError(BastionError):
     """Missing or malformed credentials (RFC 6750 ``invalid_request``)."""
 
@@ -174,6 +212,12 @@ class MethodNotAllowed(BastionError):
     """The path exists but not for this method."""
 
     status, code, message, grpc_status = 405, "METHOD_NOT_ALLOWED", "Method not allowed", "UNIMPLEMENTED"
+
+
+class Gone(BastionError):
+    """The API version is past its enforced sunset, or in a brownout slot before it."""
+
+    status, code, message, grpc_status = 410, "GONE", "This API version is no longer served", "NOT_FOUND"
 
 
 class PayloadTooLarge(BastionError):
@@ -275,6 +319,12 @@ class NotReady(Unavailable):
     """A non-optional dependency is down."""
 
     message = "Service not ready"
+
+
+class IdempotencyUnavailable(Unavailable):
+    """The cache store holding idempotency keys is down (``idempotency.on_store_error = "fail_closed"``)."""
+
+    code, message = "IDEMPOTENCY_UNAVAILABLE", "Service unavailable: idempotency store unreachable"
 
 
 class BrokerUnavailable(Unavailable):

@@ -51,6 +51,13 @@ class Guard:
         self.bulkhead = bulkhead
         self.is_failure = is_failure
 
+    async def ready(self) -> None:
+        """A readiness check for the dependency this guard protects: raises CircuitOpenError while its circuit
+        is open; always ready without a breaker (``circuit_breaker_enabled = false``), so the same
+        ``service.add_readiness_check(name, guard.ready)`` line works whichever parts are on."""
+        if self.breaker is not None:
+            await self.breaker.ready()
+
     @contextlib.asynccontextmanager
     async def call(self) -> AsyncIterator[Call]:
         bulkhead, breaker = self.bulkhead, self.breaker

@@ -121,7 +121,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", *, quiet: Iterable
         processors=processors,
         logger_factory=_line_logger,
         wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=settings["cache_loggers"],
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
@@ -141,6 +141,10 @@ def configure_logging(level: str = "info", fmt: str = "auto", *, quiet: Iterable
 
 
 _direct: dict[str, Any] = {"json": False, "processors": None}
+settings: dict[str, Any] = {"cache_loggers": True}
+"""``cache_loggers``: a logger binds its processors on first use (structlog's ``cache_logger_on_first_use``), as a
+server wants. A test process that configures logging again and again (commands run in-process) turns it off, so
+a later ``structlog.testing.capture_logs`` sees every logger."""
 _UTC = datetime.UTC
 _pending: list[str] = []
 """Rendered access-log lines (each ending in a newline) not yet written: flushed at the end of the event-loop
@@ -185,6 +189,17 @@ def _timestamp() -> str:
         _state["prefix"] = datetime.datetime.fromtimestamp(second, _UTC).strftime("%Y-%m-%dT%H:%M:%S.")
         _state["second"] = second
     return f"{_state['prefix']}{int((now - second) * 1_000_000):06d}Z"
+
+
+def info_dropped() -> bool:
+    """Whether an info line would be dropped anyway: ``configure_logging``'s level is above info and its processors
+    are still the ones in use (``capture_logs`` and any other set-up see every event). A hot path checks it to skip
+    building a line nobody writes (structlog runs the processor chain up to the level check for each one)."""
+    if _threshold["level"] <= logging.INFO:
+        return False
+    processors = structlog.get_config()["processors"]
+    # capture_logs empties and refills the same list: the level check must still be its first processor
+    return processors is _direct["processors"] and bool(processors) and processors[0] is _below_threshold
 
 
 def log_event(logger: Any, name: str, event: str, fields: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ def docs_dir() -> Path:
 
 def topics() -> dict[str, Path]:
     """Each topic (a file's name without ``.md``) and its file."""
-    return {page.stem: page for page in sorted(docs_dir().glob("*.md"))}
+    return {page.stem: page for page in sorted(docs_dir().glob("*.md"), key=lambda page: page.stem)}
 
 
 def _title(page: Path) -> str:

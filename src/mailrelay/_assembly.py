@@ -4,7 +4,7 @@
 Every part that holds something open registers its closing on the one AsyncExitStack as it is made, so teardown is
 the reverse of assembly, also when a later step fails: the SMTP listener shuts down gracefully first (and the
 delivery workers after it), then the health and metrics ports, then the target's HTTP session, the queue's
-connection, the worker processes, the DNS client and the attachment store.
+connection, the worker processes, the S3 store and the DNS client.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import signal
 import ssl
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,17 +23,20 @@ from bastion_core import CircuitBreaker, ConfigError, Guard
 from bastion_core._tls import ReloadingServerContext
 from mailrelay import _extras as extras
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
-from mailrelay._attachments import AttachmentSink, InlineSink
+from mailrelay._attachments import InlineSink
 from mailrelay._config import PREFIX, Settings, mask_nats_url
+from mailrelay._config.routes import relay_routes
 from mailrelay._delivery import WebhookClient
 from mailrelay._errors import ListenFailed
 from mailrelay._health import HealthServer
+from mailrelay._http_client import open_webhook_transport
 from mailrelay._metrics import RelayMetrics, TimedTransport
 from mailrelay._metrics_server import MetricsServer
 from mailrelay._processes import WorkerProcesses
+from mailrelay._raw import InlineRaw, RawStore, S3Raw
 from mailrelay._redelivery import RedeliveryRules
 from mailrelay._relay import Relay
-from mailrelay._transport import AiohttpTransport
+from mailrelay._routing import DEFAULT_ROUTE, Route, Router, target_label
 from mailrelay._version import __version__
 from mailrelay._workers import DeliveryWorkers
 from mailrelay.smtp._server import SmtpServer
@@ -42,6 +45,8 @@ from mailrelay.smtp._session import SmtpOptions
 if TYPE_CHECKING:  # the dmarc and queue extras' packages: imported where each feature is built
     from mailrelay._mailauth import DmarcChecker
     from mailrelay._queue import JetStreamQueue
+    from mailrelay._s3 import S3Sink
+    from mailrelay._sender_rules import SenderRules
 
 USER_AGENT = f"MailRelay/{__version__}"
 SMTP_VARIABLES = f"{PREFIX}BIND_ADDRESS/{PREFIX}PORT"
@@ -70,53 +75,73 @@ async def serve(
     tls_context: ssl.SSLContext | None,
     dmarc: DmarcChecker | None = None,
     *,
+    routes: Sequence[Route] | None = None,
+    sender: SenderRules | None = None,
     tls_reload: ReloadingServerContext | None = None,
 ) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully (see SmtpServer.shutdown). In queue mode the stream
-    is set up before anything listens (QueueUnavailable when it cannot be). ``tls_reload``: the configured
-    STARTTLS pair, re-read every ``tls_reload_interval`` when its files change and at once on SIGHUP."""
+    is set up before anything listens (QueueUnavailable when it cannot be). `routes` and `sender` as checked at
+    start-up (`relay_routes`, `sender_rules`); None: made from `settings` here. `tls_reload`: the configured
+    STARTTLS pair, re-read every `tls_reload_interval` when its files change and at once on SIGHUP."""
     async with contextlib.AsyncExitStack() as stack:
         if tls_reload is not None:
             watch_tls(tls_reload, settings.tls_reload_interval, stack)
-        parts = await build(settings, tls_context, dmarc, stack)
+        parts = await build(settings, tls_context, dmarc, stack, routes=routes, sender=sender)
         await run(parts, stack)
     log.info("mailrelay_stopped")
 
 
 async def build(
-    settings: Settings, tls_context: ssl.SSLContext | None, dmarc: DmarcChecker | None, stack: contextlib.AsyncExitStack
+    settings: Settings,
+    tls_context: ssl.SSLContext | None,
+    dmarc: DmarcChecker | None,
+    stack: contextlib.AsyncExitStack,
+    *,
+    routes: Sequence[Route] | None = None,
+    sender: SenderRules | None = None,
 ) -> RelayParts:
     """Every part of the relay, nothing listening yet; each one's closing is on `stack`."""
     queue = await open_queue(settings, stack)
     if dmarc is not None:
         stack.callback(dmarc.close)
     metrics = None if settings.metrics_port is None else RelayMetrics(queue=queue is not None, dmarc=dmarc is not None)
-    target = delivery_target(settings, metrics, stack)
+    routes = relay_routes(settings) if routes is None else routes
+    targets = {route.name: delivery_target(settings, metrics, stack, route) for route in routes}
+    target = targets.get(DEFAULT_ROUTE) or next(iter(targets.values()))
+    s3 = s3_sink(settings)
+    if s3 is not None:
+        stack.callback(s3.close)
     relay = Relay(
         target=target,
+        route_targets=targets,
+        sender_policy=sender if sender is not None else sender_rules(settings),
+        sender_policy_deny_text=settings.sender_policy_deny_text,
         attachment_policy=attachment_policy(settings),
-        attachment_sink=stack.enter_context(contextlib.closing(attachment_sink(settings))),
+        attachment_sink=s3 if s3 is not None and settings.attachment_delivery == "s3" else InlineSink(),
+        raw_store=raw_store(settings, s3),
         header_prefixes=settings.header_prefixes,
         dmarc=dmarc,
         dmarc_enforce=settings.dmarc_mode == "enforce",
         queue=queue,
         processes=stack.enter_context(contextlib.closing(WorkerProcesses())),
         metrics=metrics,
+        payload_version=settings.payload_version,
     )
-    smtp = smtp_server(settings, relay, tls_context, metrics)
+    smtp = smtp_server(settings, relay, tls_context, metrics, Router(routes, strip_tag=settings.strip_recipient_tag))
     if metrics is not None:
         metrics.watch_sessions(lambda: len(smtp.hub.connections))
-        if target.breaker is not None:
-            metrics.watch_breaker(target.breaker)
+        for name, each in targets.items():
+            if each.breaker is not None:
+                metrics.watch_breaker(each.breaker, target=target_label(name))
         if queue is not None:
             metrics.watch_queue(queue)
     return RelayParts(
         settings=settings,
         target=target,
         smtp=smtp,
-        health=HealthServer(),
+        health=HealthServer(queue),
         queue=queue,
-        workers=delivery_workers(settings, queue, target, metrics),
+        workers=delivery_workers(settings, queue, target, metrics, targets),
         metrics=metrics,
         metrics_server=None if metrics is None else MetricsServer(metrics),
     )
@@ -186,8 +211,11 @@ def log_started(parts: RelayParts) -> None:
         smtp=f"{settings.bind_address}:{parts.smtp.port}",
         health=f"{settings.health_bind_address}:{parts.health.port}",
         **({"metrics": f"{settings.health_bind_address}:{metrics_server.port}"} if metrics_server else {}),
-        targets=len(settings.target_emails),
+        targets=parts.smtp.options.router.pattern_count if parts.smtp.options.router else 0,
+        routes=len(parts.smtp.options.router.routes) if parts.smtp.options.router else 0,
+        sender_policy=settings.sender_policy_file is not None,
         signing=settings.webhook_signing_secret is not None,
+        payload_version=settings.payload_version,
         dmarc=settings.dmarc_mode,
         attachments=settings.attachment_delivery,
         attachment_policy=settings.attachment_policy_action,
@@ -209,35 +237,50 @@ async def open_queue(settings: Settings, stack: contextlib.AsyncExitStack) -> Je
     return queue
 
 
+def sender_rules(settings: Settings) -> SenderRules | None:
+    """The sender policy (the policy extra's cedarpy is imported only then); ConfigError for a bad file."""
+    if settings.sender_policy_file is None:
+        return None
+    extras.POLICY.require()
+    from mailrelay._sender_rules import SenderRules
+
+    return SenderRules.load(settings.sender_policy_file, variable=f"{PREFIX}SENDER_POLICY_FILE")
+
+
 def delivery_target(
-    settings: Settings, metrics: RelayMetrics | None, stack: contextlib.AsyncExitStack
+    settings: Settings, metrics: RelayMetrics | None, stack: contextlib.AsyncExitStack, route: Route
 ) -> WebhookClient:
-    """The webhook target over its own HTTP session, every POST through its breaker (and timed, with metrics).
-    The spec's outbound order: the breaker, then the call (no bulkhead: MAIL_RELAY_MAX_SESSIONS bounds the calls)."""
+    """The webhook target of `route` over its own HTTP session, every POST through its own breaker (and timed, with
+    metrics). The spec's outbound order: the breaker, then the call (no bulkhead: MAIL_RELAY_MAX_SESSIONS bounds
+    the calls)."""
     breaker = CircuitBreaker(
-        "webhook",
+        target_label(route.name),
         threshold=settings.circuit_breaker_failure_rate,
         min_requests=settings.circuit_breaker_min_requests,
         wait_secs=settings.circuit_breaker_reset,
         half_open_requests=settings.circuit_breaker_half_open_requests,
     )
-    transport = AiohttpTransport.open(
-        url=settings.webhook_url, guard=Guard(breaker=breaker), timeout=settings.webhook_timeout
+    transport = open_webhook_transport(
+        url=route.webhook_url, guard=Guard(breaker=breaker), timeout=settings.webhook_timeout
     )
     stack.push_async_callback(transport.close)
     return WebhookClient(
-        transport=transport if metrics is None else TimedTransport(transport, metrics),
+        transport=transport if metrics is None else TimedTransport(transport, metrics, target=target_label(route.name)),
         user_agent=USER_AGENT,
         breaker=breaker,
-        secret=settings.webhook_signing_secret,
+        secret=route.signing_secret,
         max_retries=settings.webhook_max_retries,
         backoff_base=settings.webhook_backoff_base,
-        url=settings.webhook_url,
+        url=route.webhook_url,
     )
 
 
 def delivery_workers(
-    settings: Settings, queue: JetStreamQueue | None, target: WebhookClient, metrics: RelayMetrics | None
+    settings: Settings,
+    queue: JetStreamQueue | None,
+    target: WebhookClient,
+    metrics: RelayMetrics | None,
+    route_targets: Mapping[str, WebhookClient] | None = None,
 ) -> DeliveryWorkers | None:
     """Queue mode's workers, unless MAIL_RELAY_QUEUE_WORKERS is 0 (a relay that only accepts)."""
     if queue is None or settings.queue_workers <= 0:
@@ -245,6 +288,7 @@ def delivery_workers(
     return DeliveryWorkers(
         inbox=queue,
         target=target,
+        route_targets=route_targets,
         concurrency=settings.queue_workers,
         rules=RedeliveryRules(
             max_attempts=settings.queue_max_attempts,
@@ -256,11 +300,15 @@ def delivery_workers(
 
 
 def smtp_server(
-    settings: Settings, relay: Relay, tls_context: ssl.SSLContext | None, metrics: RelayMetrics | None
+    settings: Settings,
+    relay: Relay,
+    tls_context: ssl.SSLContext | None,
+    metrics: RelayMetrics | None,
+    router: Router,
 ) -> SmtpServer:
     return SmtpServer(
         options=SmtpOptions(
-            targets=settings.target_emails,
+            router=router,
             max_message_size=settings.max_message_size,
             idle_timeout=settings.idle_timeout,
             max_concurrent_per_ip=settings.max_concurrent_per_ip,
@@ -287,7 +335,7 @@ def dmarc_checker(settings: Settings) -> DmarcChecker | None:
         raise ConfigError.invalid(
             PREFIX + "DNS_SERVERS", None, "DNS servers (the system has none configured in /etc/resolv.conf)"
         ) from None
-    return DmarcChecker(dns=dns)
+    return DmarcChecker(dns=dns, report=settings.payload_version == 2)
 
 
 def attachment_policy(settings: Settings) -> AttachmentPolicy:
@@ -302,11 +350,21 @@ def attachment_policy(settings: Settings) -> AttachmentPolicy:
     )
 
 
-def attachment_sink(settings: Settings) -> AttachmentSink:
-    """Inline, or S3 (boto3 is imported only then: it adds about a quarter of a second to start-up)."""
-    if settings.attachment_delivery != "s3" or settings.s3_bucket is None:
-        return InlineSink()
-    extras.S3.require()
+def raw_store(settings: Settings, s3: S3Sink | None) -> RawStore | None:
+    """MAIL_RELAY_RAW: None (off), the message inline under its cap, or uploaded through the S3 sink."""
+    if settings.raw == "inline":
+        return InlineRaw(max_bytes=settings.raw_inline_max_bytes)
+    if settings.raw == "s3" and s3 is not None:
+        return S3Raw(s3)
+    return None
+
+
+def s3_sink(settings: Settings) -> S3Sink | None:
+    """The S3 store when attachments or raw messages go there (boto3 is imported only then: it adds about a quarter
+    of a second to start-up); one thread pool and client for both."""
+    if "s3" not in (settings.attachment_delivery, settings.raw) or settings.s3_bucket is None:
+        return None
+    (extras.S3 if settings.attachment_delivery == "s3" else extras.RAW_S3).require()
     from mailrelay._s3 import S3Sink, has_credentials, make_client
 
     if not has_credentials():

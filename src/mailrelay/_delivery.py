@@ -16,6 +16,7 @@ from typing import Protocol
 import structlog
 
 from bastion_core import BreakerState, CircuitBreaker, parse_retry_after, retry_wait
+from bastion_core._logging import info_dropped
 from mailrelay._signing import Signer
 from mailrelay._target import DeliveryOutcome, DeliveryResult, Outcome, Pause, Verdict
 
@@ -194,7 +195,8 @@ class WebhookClient:
                     circuit_open=True,
                 )
             if verdict is Verdict.DELIVERED:
-                log.info("webhook_delivered", delivery_id=delivery_id, status=status, attempts=attempts)
+                if not info_dropped():
+                    log.info("webhook_delivered", delivery_id=delivery_id, status=status, attempts=attempts)
                 return DeliveryResult(
                     outcome=DeliveryOutcome.DELIVERED, attempts=attempts, status=status, reason="delivered"
                 )

@@ -81,6 +81,8 @@ class DmarcVerdict:
     domain: str | None = None
     policy: DmarcPolicy | None = None
     pct: int = 100
+    spf: str | None = None  # pyspf's result for the envelope sender (payload v2's `spf`); None: not evaluated
+    dkim: str | None = None  # pass, fail, none or temperror over the DKIM signatures (payload v2's `dkim`)
 
 
 class DmarcEvaluator(Protocol):

@@ -22,7 +22,13 @@ DMARC = Extra(
     feature=f"{PREFIX}DMARC_MODE",
 )
 QUEUE = Extra(distribution=DISTRIBUTION, name="queue", modules=("nats",), feature=f"{PREFIX}QUEUE=jetstream")
-EXTRAS = (S3, DMARC, QUEUE)
+# The sender rules' Cedar engine (bastion_core._cedar, shared with Bastion; docs/installation.md)
+POLICY = Extra(distribution=DISTRIBUTION, name="policy", modules=("cedarpy",), feature=f"{PREFIX}SENDER_POLICY_FILE")
+EXTRAS = (S3, DMARC, QUEUE, POLICY)
+RAW_S3 = Extra(distribution=DISTRIBUTION, name="s3", modules=("boto3", "botocore"), feature=f"{PREFIX}RAW=s3")
+"""The s3 extra again, named for the other variable that needs it (not a second extra: EXTRAS lists each once)."""
+DEAD_LETTERS = Extra(distribution=DISTRIBUTION, name="queue", modules=("nats",), feature="mailrelay dead-letters")
+"""The queue extra, for the dead-letters command."""
 
 
 def configured(settings: Settings) -> tuple[Extra, ...]:
@@ -31,8 +37,10 @@ def configured(settings: Settings) -> tuple[Extra, ...]:
         S3: settings.attachment_delivery == "s3" and settings.s3_bucket is not None,
         DMARC: settings.dmarc_mode != "off",
         QUEUE: settings.queue == "jetstream" and settings.nats_url is not None,
+        RAW_S3: settings.raw == "s3" and settings.s3_bucket is not None,
+        POLICY: settings.sender_policy_file is not None,
     }
-    return tuple(extra for extra in EXTRAS if on[extra])
+    return tuple(extra for extra in (*EXTRAS, RAW_S3) if on[extra])
 
 
 def check(settings: Settings) -> None:

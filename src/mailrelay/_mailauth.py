@@ -9,6 +9,7 @@ calling thread (and pyspf's own lookup elsewhere).
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import threading
@@ -126,8 +127,10 @@ class DmarcChecker:
         dns: DnsClient,
         organizational: OrganizationalDomains | None = None,
         workers: int = DMARC_WORKERS,
+        report: bool = False,
     ) -> None:
         self.dns = dns
+        self.report = report
         self.organizational = organizational or OrganizationalDomains()
         self.budget = dns.timeout * EVALUATION_TIMEOUTS
         self._executor = BoundedExecutor(workers=workers, name="mailrelay-dmarc")
@@ -145,28 +148,42 @@ class DmarcChecker:
         self._executor.close()
 
     def check(self, raw: bytes, peer_ip: str, helo: str, mail_from: str) -> DmarcVerdict:
-        """The whole evaluation, blocking (a worker thread calls this)."""
+        """The whole evaluation, blocking (a worker thread calls this). With `report` (payload v2), SPF and DKIM
+        are evaluated and reported even where DMARC does not need them (no author, no policy, an aligned DKIM
+        pass)."""
         author = author_of(raw)
-        if author is None:
-            return DmarcVerdict(result=DmarcResult.FAIL)
         lookups = _Lookups(self.dns, Deadline(self.budget))
+        if author is None:
+            return self._reported(DmarcVerdict(result=DmarcResult.FAIL), raw, peer_ip, helo, mail_from, lookups)
         try:
             found = self._discover(author.domain, lookups)
         except DnsFailure as exc:
             log.info("dmarc_temperror", domain=author.domain, step="policy", error=str(exc))
             return DmarcVerdict(result=DmarcResult.TEMPERROR, domain=author.domain)
         if found is None:
-            return DmarcVerdict(result=DmarcResult.NONE, domain=author.domain)
+            verdict = DmarcVerdict(result=DmarcResult.NONE, domain=author.domain)
+            return self._reported(verdict, raw, peer_ip, helo, mail_from, lookups)
         record, at_organizational = found
         policy = (record.subdomain_policy or record.policy) if at_organizational else record.policy
-        verdict = self._authenticate(author, record, raw, peer_ip, helo, mail_from, lookups)
+        result, spf_result, dkim_result = self._authenticate(author, record, raw, peer_ip, helo, mail_from, lookups)
         return DmarcVerdict(
-            result=verdict,
-            authenticated_from=author.address if verdict is DmarcResult.PASS else None,
+            result=result,
+            authenticated_from=author.address if result is DmarcResult.PASS else None,
             domain=author.domain,
             policy=policy,
             pct=record.pct,
+            spf=spf_result if self.report else None,
+            dkim=dkim_result if self.report else None,
         )
+
+    def _reported(
+        self, verdict: DmarcVerdict, raw: bytes, peer_ip: str, helo: str, mail_from: str, lookups: _Lookups
+    ) -> DmarcVerdict:
+        if not self.report:
+            return verdict
+        domains, signatures = self._dkim_domains(raw, lookups)
+        spf_result, _ = self._spf(peer_ip, helo, mail_from, lookups)
+        return dataclasses.replace(verdict, spf=spf_result, dkim=_dkim_result(domains, signatures, lookups))
 
     def _discover(self, domain: str, lookups: _Lookups) -> tuple[DmarcRecord, bool] | None:
         """RFC 7489 6.6.3: the record at _dmarc.<From domain>, else at _dmarc.<organizational domain>."""
@@ -188,26 +205,31 @@ class DmarcChecker:
         helo: str,
         mail_from: str,
         lookups: _Lookups,
-    ) -> DmarcResult:
-        domains = self._dkim_domains(raw, lookups)
+    ) -> tuple[DmarcResult, str | None, str | None]:
+        """The DMARC result, and the SPF and DKIM verdicts (SPF is skipped after an aligned DKIM pass unless
+        `report`)."""
+        domains, signatures = self._dkim_domains(raw, lookups)
+        dkim_result = _dkim_result(domains, signatures, lookups)
         if any(self.organizational.aligned(d, author.domain, record.adkim) for d in domains):
-            return DmarcResult.PASS
+            spf_result = self._spf(peer_ip, helo, mail_from, lookups)[0] if self.report else None
+            return DmarcResult.PASS, spf_result, dkim_result
         spf_result, spf_domain = self._spf(peer_ip, helo, mail_from, lookups)
         if spf_result == "pass" and spf_domain and self.organizational.aligned(spf_domain, author.domain, record.aspf):
-            return DmarcResult.PASS
+            return DmarcResult.PASS, spf_result, dkim_result
         if lookups.dkim_failed or spf_result == "temperror":
             log.info("dmarc_temperror", domain=author.domain, step="dkim" if lookups.dkim_failed else "spf")
-            return DmarcResult.TEMPERROR
-        return DmarcResult.FAIL
+            return DmarcResult.TEMPERROR, spf_result, dkim_result
+        return DmarcResult.FAIL, spf_result, dkim_result
 
     @staticmethod
-    def _dkim_domains(raw: bytes, lookups: _Lookups) -> list[str]:
-        """The d= domains of the signatures that verify (at most MAX_DKIM_SIGNATURES tried)."""
+    def _dkim_domains(raw: bytes, lookups: _Lookups) -> tuple[list[str], int]:
+        """The d= domains of the signatures that verify (at most MAX_DKIM_SIGNATURES tried), and how many
+        signatures there are."""
         try:
             verifier = dkim.DKIM(raw, logger=_quiet, minkey=MIN_DKIM_KEY_BITS)
             count = sum(1 for name, _ in verifier.headers if name.lower() == b"dkim-signature")
         except Exception:  # dkimpy's parser on hostile input: nothing verifies
-            return []
+            return [], 0
         domains: list[str] = []
         for index in range(min(count, MAX_DKIM_SIGNATURES)):
             try:
@@ -218,7 +240,7 @@ class DmarcChecker:
             domain = ascii_domain_of(verifier.domain.decode("ascii", "replace")) if verified else None
             if domain is not None:
                 domains.append(domain)
-        return domains
+        return domains, count
 
     @staticmethod
     def _spf(peer_ip: str, helo: str, mail_from: str, lookups: _Lookups) -> tuple[str, str | None]:
@@ -249,3 +271,12 @@ class DmarcChecker:
         finally:
             _current.lookups = None
         return str(result), domain
+
+
+def _dkim_result(domains: list[str], signatures: int, lookups: _Lookups) -> str:
+    """pass (a signature verified), temperror (a key lookup failed), fail (signatures, none verified), none."""
+    if domains:
+        return "pass"
+    if lookups.dkim_failed:
+        return "temperror"
+    return "fail" if signatures else "none"

@@ -143,7 +143,9 @@ class RelayMetrics:
         self._add_delivery_metrics(registry)
         self._add_content_metrics(registry, dmarc=dmarc)
         self._add_queue_metrics(queue_registry)
+        self._add_sender_metrics(registry)
         self._queue: _QueueCollector | None = None
+        self._breakers: _BreakerCollector | None = None
 
     def _add_smtp_metrics(self, registry: CollectorRegistry) -> None:
         """Sessions, recipients and messages, by the SMTP reply."""
@@ -182,6 +184,7 @@ class RelayMetrics:
             registry=registry,
         )
         self._attempts = {outcome: duration.labels(WEBHOOK_TARGET, outcome.value) for outcome in AttemptOutcome}
+        self._duration = duration
         deliveries = Counter(
             DELIVERIES,
             "Messages whose delivery ended at this relay, by target and outcome.",
@@ -189,6 +192,7 @@ class RelayMetrics:
             registry=registry,
         )
         self._deliveries = {outcome: deliveries.labels(WEBHOOK_TARGET, outcome.value) for outcome in Delivery}
+        self._deliveries_counter = deliveries
         registry.register(_Aliases([duration, deliveries]))
 
     def _add_content_metrics(self, registry: CollectorRegistry, *, dmarc: bool) -> None:
@@ -214,6 +218,13 @@ class RelayMetrics:
         self._store_failures = Counter(
             "mailrelay_attachment_store_failures",
             "Messages deferred (451) because an attachment upload failed.",
+            registry=registry,
+        )
+
+    def _add_sender_metrics(self, registry: CollectorRegistry) -> None:
+        self._sender_denials = Counter(
+            "mailrelay_sender_policy_denials",
+            "Messages refused (550 5.7.1) by the sender policy (MAIL_RELAY_SENDER_POLICY_FILE).",
             registry=registry,
         )
 
@@ -259,12 +270,20 @@ class RelayMetrics:
 
     # the relay and the delivery workers
 
-    def attempt(self, attempt: Attempt, seconds: float) -> None:
-        """One POST that left the relay (not one the breaker refused)."""
-        self._attempts[attempt_outcome(attempt)].observe(seconds)
+    def attempt(self, attempt: Attempt, seconds: float, *, target: str = WEBHOOK_TARGET) -> None:
+        """One POST that left the relay (not one the breaker refused), under its target's label (`route:<name>` for
+        a routes-file route; one series per route and outcome: the routes are fixed at start-up)."""
+        outcome = attempt_outcome(attempt)
+        if target == WEBHOOK_TARGET:
+            self._attempts[outcome].observe(seconds)
+        else:
+            self._duration.labels(target, outcome.value).observe(seconds)
 
-    def delivery(self, outcome: Delivery) -> None:
-        self._deliveries[outcome].inc()
+    def delivery(self, outcome: Delivery, *, target: str = WEBHOOK_TARGET) -> None:
+        if target == WEBHOOK_TARGET:
+            self._deliveries[outcome].inc()
+        else:
+            self._deliveries_counter.labels(target, outcome.value).inc()
 
     def dmarc(self, result: DmarcResult) -> None:
         self._dmarc[result].inc()
@@ -278,6 +297,9 @@ class RelayMetrics:
 
     def attachment_store_failed(self) -> None:
         self._store_failures.inc()
+
+    def sender_policy_denied(self) -> None:
+        self._sender_denials.inc()
 
     def queue_publish_failed(self) -> None:
         self._publish_failures.inc()
@@ -293,8 +315,12 @@ class RelayMetrics:
     def watch_sessions(self, count: Callable[[], int]) -> None:
         self._sessions.set_function(count)
 
-    def watch_breaker(self, breaker: CircuitBreaker) -> None:
-        self.registry.register(_BreakerCollector(breaker))
+    def watch_breaker(self, breaker: CircuitBreaker, *, target: str = WEBHOOK_TARGET) -> None:
+        """Export `breaker`'s state under the `target` label (`webhook`; `route:<name>` for a routes-file route)."""
+        if self._breakers is None:
+            self._breakers = _BreakerCollector()
+            self.registry.register(self._breakers)
+        self._breakers.breakers.append((target, breaker))
 
     def watch_queue(self, queue: QueueProbe) -> None:
         self._queue = _QueueCollector(queue)
@@ -314,17 +340,23 @@ class TimedTransport:
     (status line, and a small body read for connection reuse); attempts the breaker refused are not POSTs."""
 
     def __init__(
-        self, transport: WebhookTransport, metrics: RelayMetrics, *, clock: Callable[[], float] = time.perf_counter
+        self,
+        transport: WebhookTransport,
+        metrics: RelayMetrics,
+        *,
+        target: str = WEBHOOK_TARGET,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.transport = transport
         self.metrics = metrics
+        self.target = target
         self._clock = clock
 
     async def post(self, body: bytes, headers: Mapping[str, str]) -> Attempt:
         start = self._clock()
         attempt = await self.transport.post(body, headers)
         if not attempt.circuit_open:
-            self.metrics.attempt(attempt, self._clock() - start)
+            self.metrics.attempt(attempt, self._clock() - start, target=self.target)
         return attempt
 
 
@@ -333,16 +365,17 @@ class _BreakerCollector:
     alias). Read without moving the breaker (a scrape never makes its Open -> Half-Open transition: the next
     message does)."""
 
-    def __init__(self, breaker: CircuitBreaker) -> None:
-        self.breaker = breaker
+    def __init__(self) -> None:
+        self.breakers: list[tuple[str, CircuitBreaker]] = []
 
     def collect(self) -> Iterator[Metric]:
-        state = self.breaker.observed_state
         family = GaugeMetricFamily(
             CIRCUIT_STATE, "The delivery target's circuit breaker state (1 = current).", labels=["target", "state"]
         )
-        for each in BreakerState:
-            family.add_metric([WEBHOOK_TARGET, each.value], 1.0 if each is state else 0.0)
+        for target, breaker in self.breakers:
+            state = breaker.observed_state
+            for each in BreakerState:
+                family.add_metric([target, each.value], 1.0 if each is state else 0.0)
         yield family
         yield _alias(family)
 

@@ -16,6 +16,7 @@ from mailrelay._attachments import Attachment
 from mailrelay._dmarc import DmarcResult, DmarcVerdict
 from mailrelay._errors import HtmlTextTooLong
 from mailrelay._parsing import ParsedMessage, scrub
+from mailrelay._raw import RawMessage
 
 HTML_TEXT_WIDTH = 80  # spec: HTML-to-text conversion at 80-character width
 HTML_TEXT_BUDGET_FACTOR = 4  # text may be this many times the HTML's length (markup only shrinks)...
@@ -34,6 +35,8 @@ class WebhookPayload:
     attachments: tuple[Attachment, ...] | None = None
     dmarc_result: str | None = None
     authenticated_from: str | None = None
+    raw: RawMessage | None = None
+    """MAIL_RELAY_RAW: the original message, inline or in S3 (`raw_base64`, `raw_url`, `raw_presigned_url`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object, in the spec's field order, without the None fields."""
@@ -53,6 +56,8 @@ class WebhookPayload:
             out["dmarc_result"] = self.dmarc_result
         if self.authenticated_from is not None:
             out["authenticated_from"] = self.authenticated_from
+        if self.raw is not None:
+            out.update(self.raw.fields())
         return out
 
     def to_json(self) -> bytes:
@@ -135,9 +140,10 @@ def build_payload(
     header_prefixes: Sequence[str] = (),
     attachments: Sequence[Attachment] = (),
     dmarc: DmarcVerdict | None = None,
+    raw: RawMessage | None = None,
 ) -> WebhookPayload:
     """Shape one payload. `body` is the HTML converted to text when there is HTML, else the plain
-    text, else ""; `authenticated_from` is carried only with a DMARC pass."""
+    text, else ""; `authenticated_from` is carried only with a DMARC pass; `raw` (MAIL_RELAY_RAW) last."""
     if message.html_body is not None:
         try:
             body = html_to_text(message.html_body)
@@ -156,4 +162,5 @@ def build_payload(
         attachments=tuple(attachments) or None,
         dmarc_result=dmarc.result.value if dmarc else None,
         authenticated_from=(dmarc.authenticated_from if dmarc and dmarc.result is DmarcResult.PASS else None),
+        raw=raw,
     )

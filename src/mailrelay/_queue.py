@@ -36,6 +36,7 @@ DELIVERY_ID_HEADER = "MailRelay-Delivery-Id"
 ACCEPTED_AT_HEADER = "MailRelay-Accepted-At"
 ERROR_HEADER = "MailRelay-Error"
 ATTEMPTS_HEADER = "MailRelay-Attempts"
+ROUTE_HEADER = "MailRelay-Route"  # the routes-file route of the message (absent: the default route)
 
 log = structlog.get_logger("mailrelay.queue")
 
@@ -62,7 +63,8 @@ class QueueDepth:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueuedMessage:
     """One delivery of a queued payload: its bytes, its delivery id, which delivery from the stream this is
-    (1 for the first), when the relay accepted it (Unix seconds), and the acknowledgements.
+    (1 for the first), when the relay accepted it (Unix seconds), its route (None: unnamed), and the
+    acknowledgements.
 
     `ack`, `nak` and `term` never raise: when the connection is down the server redelivers after the ack wait.
     """
@@ -72,6 +74,7 @@ class QueuedMessage:
     number: int
     accepted_at: float
     _msg: Msg
+    route: str | None = None
 
     async def ack(self) -> None:
         await _quietly(self._msg.ack, "ack")
@@ -167,13 +170,16 @@ class JetStreamQueue:
         """Whether a payload of `size` bytes fits the server's max_payload (1 MB unless the server raised it)."""
         return self._nc is not None and size + HEADER_ROOM <= self._nc.max_payload
 
-    async def enqueue(self, body: bytes, *, delivery_id: str) -> None:
-        """Publish and wait for the stream's acknowledgement: stored (on disk, with file storage) when this returns."""
+    async def enqueue(self, body: bytes, *, delivery_id: str, route: str | None = None) -> None:
+        """Publish and wait for the stream's acknowledgement: stored (on disk, with file storage) when this returns.
+        `route` (the routes-file route the message takes) travels in the ROUTE_HEADER."""
         headers = {
             MSG_ID_HEADER: delivery_id,
             DELIVERY_ID_HEADER: delivery_id,
             ACCEPTED_AT_HEADER: f"{time.time():.3f}",
         }
+        if route is not None:
+            headers[ROUTE_HEADER] = route
         await self._publish(self.subject, body, headers)
 
     async def dead_letter(self, message: QueuedMessage, *, error: str, attempts: int) -> None:
@@ -183,6 +189,7 @@ class JetStreamQueue:
             DELIVERY_ID_HEADER: message.delivery_id,
             ACCEPTED_AT_HEADER: f"{message.accepted_at:.3f}",
             ERROR_HEADER: error,
+            **({ROUTE_HEADER: message.route} if message.route is not None else {}),
             ATTEMPTS_HEADER: str(attempts),
         }
         await self._publish(self.dead_subject, message.body, headers)
@@ -266,6 +273,7 @@ def _queued(msg: Msg) -> QueuedMessage | None:
         number=metadata.num_delivered,
         accepted_at=accepted_at,
         _msg=msg,
+        route=headers.get(ROUTE_HEADER),
     )
 
 

@@ -147,6 +147,27 @@ class S3Sink:
     async def _store_one(self, part: MimePart, *, delivery_id: str, when: datetime.datetime) -> Attachment:
         if self.inline_max_bytes is not None and len(part.data) <= self.inline_max_bytes:
             return inline_attachment(part)
+        url, presigned = await self._put(part, delivery_id=delivery_id, when=when)
+        return Attachment(
+            content_type=part.content_type,
+            size_bytes=len(part.data),
+            delivery=DeliveryMode.S3,
+            filename=part.filename,
+            content_id=part.content_id,
+            url=url,
+            presigned_url=presigned,
+        )
+
+    async def store_object(
+        self, data: bytes, *, filename: str, content_type: str, delivery_id: str
+    ) -> tuple[str, str | None]:
+        """Upload one object named like an attachment (whatever `inline_max_bytes` says): its `s3://` URL and, with
+        a presign lifetime, its presigned GET URL. AttachmentStoreFailed when the upload fails."""
+        when = datetime.datetime.fromtimestamp(self._clock(), tz=datetime.UTC)
+        part = MimePart(content_type=content_type, data=data, filename=filename)
+        return await self._put(part, delivery_id=delivery_id, when=when)
+
+    async def _put(self, part: MimePart, *, delivery_id: str, when: datetime.datetime) -> tuple[str, str | None]:
         key = object_key(self.prefix, when=when, unique=self._new_id(), filename=part.filename)
         try:
             presigned = await self._executor.run(self.request_budget, self._upload, part, key, delivery_id)
@@ -154,15 +175,7 @@ class S3Sink:
             raise AttachmentStoreFailed("timeout") from None
         except Exception as exc:
             raise AttachmentStoreFailed(_reason(exc)) from None
-        return Attachment(
-            content_type=part.content_type,
-            size_bytes=len(part.data),
-            delivery=DeliveryMode.S3,
-            filename=part.filename,
-            content_id=part.content_id,
-            url=f"s3://{self.bucket}/{key}",
-            presigned_url=presigned,
-        )
+        return f"s3://{self.bucket}/{key}", presigned
 
     def _upload(self, part: MimePart, key: str, delivery_id: str) -> str | None:
         """PUT the object (blocking, on a worker thread); the presigned GET URL when a lifetime is set."""
@@ -183,9 +196,12 @@ class S3Sink:
 
     async def discard(self, attachments: Sequence[Attachment]) -> None:
         """Delete the S3 objects of `attachments`, best effort (a failure is logged, never raised)."""
+        await self.discard_urls([a.url for a in attachments if a.url and a.delivery is DeliveryMode.S3])
+
+    async def discard_urls(self, urls: Sequence[str]) -> None:
+        """Delete the objects of these `s3://<bucket>/<key>` URLs, best effort (a failure is logged, never raised)."""
         prefix = f"s3://{self.bucket}/"
-        keys = [a.url.removeprefix(prefix) for a in attachments if a.url and a.delivery is DeliveryMode.S3]
-        for key in keys:
+        for key in (url.removeprefix(prefix) for url in urls):
             try:
                 await self._executor.run(self.request_budget, self._delete, key)
             except Exception as exc:

@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+from bastion_core._logging import info_dropped
 from mailrelay._errors import QueueUnavailable
 from mailrelay._metrics import DeadLetter, Delivery, RelayMetrics, Retry
 from mailrelay._redelivery import Action, RedeliveryRules, decide
+from mailrelay._routing import target_label
 from mailrelay._target import DeliveryTarget, Verdict
 
 if TYPE_CHECKING:  # nats-py (the queue extra): loaded with the queue
@@ -49,6 +51,7 @@ class DeliveryWorkers:
         inbox: Inbox,
         target: DeliveryTarget,
         rules: RedeliveryRules,
+        route_targets: Mapping[str, DeliveryTarget] | None = None,
         concurrency: int,
         metrics: RelayMetrics | None = None,
         wall_clock: Callable[[], float] = time.time,
@@ -56,6 +59,7 @@ class DeliveryWorkers:
     ) -> None:
         self.inbox = inbox
         self.target = target
+        self.route_targets = dict(route_targets or {})
         self.rules = rules
         self.concurrency = concurrency
         self.metrics = metrics
@@ -77,9 +81,10 @@ class DeliveryWorkers:
                 await asyncio.sleep(CIRCUIT_PAUSE_SECS)
 
     async def _fetch_round(self) -> None:
-        pause = self.target.pause()
-        if pause is not None:
-            await asyncio.sleep(min(CIRCUIT_PAUSE_SECS, max(pause.retry_in, 0.01)))
+        pauses = [target.pause() for target in (self.target, *self.route_targets.values())]
+        if all(pause is not None for pause in pauses):  # with routes: a paused route's messages wait in the stream
+            retry_in = min(pause.retry_in for pause in pauses if pause is not None)
+            await asyncio.sleep(min(CIRCUIT_PAUSE_SECS, max(retry_in, 0.01)))
             return
         free = self.concurrency - len(self._running)
         if free <= 0:
@@ -103,23 +108,25 @@ class DeliveryWorkers:
             log.exception("queued_delivery_failed", delivery_id=message.delivery_id)
 
     async def _deliver(self, message: QueuedMessage) -> None:
-        outcome = await self.target.attempt(message.body, delivery_id=message.delivery_id)
+        target = self.route_targets.get(message.route or "", self.target)
+        outcome = await target.attempt(message.body, delivery_id=message.delivery_id)
         decision = decide(
             outcome,
             number=message.number,
             age=self._wall_clock() - message.accepted_at,
             rules=self.rules,
             # at least a pause: Half-Open refuses all but its test attempts with nothing to wait for
-            circuit_wait=max(pause.retry_in if (pause := self.target.pause()) else 0.0, CIRCUIT_PAUSE_SECS),
+            circuit_wait=max(pause.retry_in if (pause := target.pause()) else 0.0, CIRCUIT_PAUSE_SECS),
             random=self._random,
         )
         bound = log.bind(delivery_id=message.delivery_id, attempt=message.number)
         metrics = self.metrics
         if decision.action is Action.ACK:
             await message.ack()
-            bound.info("message_relayed", outcome="delivered", status=outcome.status, mode="queue")
+            if not info_dropped():
+                bound.info("message_relayed", outcome="delivered", status=outcome.status, mode="queue")
             if metrics is not None:
-                metrics.delivery(Delivery.DELIVERED)
+                metrics.delivery(Delivery.DELIVERED, target=target_label(message.route))
             return
         if decision.action is Action.RETRY:
             await message.nak(decision.delay)
@@ -127,7 +134,7 @@ class DeliveryWorkers:
                 "webhook_retry_scheduled",
                 problem=decision.error,
                 wait=round(decision.delay, 3),
-                **self.target.log_fields,
+                **target.log_fields,
             )
             if metrics is not None:
                 circuit_open = outcome.verdict is Verdict.CIRCUIT_OPEN
@@ -144,11 +151,11 @@ class DeliveryWorkers:
                 metrics.queue_retry(Retry.DEAD_LETTER_FAILED)
             return
         await message.ack()
-        bound.warning("message_dead_lettered", error=error, status=outcome.status, **self.target.log_fields)
+        bound.warning("message_dead_lettered", error=error, status=outcome.status, **target.log_fields)
         if metrics is not None:
             refused = outcome.verdict is Verdict.REJECTED
             metrics.dead_letter(DeadLetter.REFUSED if refused else DeadLetter.FAILED)
-            metrics.delivery(Delivery.REFUSED if refused else Delivery.FAILED)
+            metrics.delivery(Delivery.REFUSED if refused else Delivery.FAILED, target=target_label(message.route))
 
     async def stop(self, grace: float) -> None:
         if self._loop is not None:

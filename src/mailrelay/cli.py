@@ -14,7 +14,7 @@ from bastion_core import UNKNOWN_VARIABLE_EVENT, ConfigError, configure_logging
 from bastion_core._manual import output_closed
 from bastion_core._manual import show as show_docs
 from mailrelay import _extras as extras
-from mailrelay._assembly import USER_AGENT, dmarc_checker, serve
+from mailrelay._assembly import USER_AGENT, dmarc_checker, sender_rules, serve
 from mailrelay._config import (
     load_settings,
     mask_nats_url,
@@ -23,6 +23,7 @@ from mailrelay._config import (
     unknown_variables,
     variable_defaults,
 )
+from mailrelay._config.routes import relay_routes
 from mailrelay._errors import ListenFailed, QueueUnavailable
 from mailrelay._tls import server_context
 from mailrelay.smtp import _compat as smtp_compat
@@ -37,7 +38,10 @@ QUIET_LOGGERS = ("mail.log", "aiohttp", "nats", "asyncio")
 log = structlog.get_logger("mailrelay")
 
 
-USAGE = "usage: mailrelay [--help] [--version] [docs [TOPIC]]   (configured by MAIL_RELAY_* variables and ./.env)"
+USAGE = (
+    "usage: mailrelay [--help] [--version] [docs [TOPIC]] [dead-letters list|show|replay ...]"
+    "   (configured by MAIL_RELAY_* variables and ./.env)"
+)
 
 
 def help_text() -> str:
@@ -53,6 +57,7 @@ def help_text() -> str:
         "variables (the process environment wins over ./.env); a bad value or an unknown MAIL_RELAY_* name stops",
         "it with exit code 2 before it listens. More on each variable: `mailrelay docs` (the manual installed",
         "with MailRelay; `mailrelay docs installation` for the extras).",
+        "`mailrelay dead-letters --help`: list, show and replay the dead letters of queue mode.",
         "",
         f"{'variable':<{width}}  {'default':<{default_width}}  meaning",
         *(f"{name:<{width}}  {default:<{default_width}}  {meaning}" for name, default, meaning in rows),
@@ -72,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args[:1] == ["docs"] and len(args) <= 2:
             return show_docs(args[1] if len(args) == 2 else "mailrelay", program="mailrelay")
+        if args[:1] == ["dead-letters"]:
+            from mailrelay._dead_letter_cli import main as dead_letters
+
+            return dead_letters(args[1:])
     except BrokenPipeError:  # `mailrelay docs | head`: the reader left
         return output_closed()
     if args:
@@ -85,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tls_context, reloading = server_context(settings.tls_cert, settings.tls_key)
         extras.check(settings)  # a configured feature without its extra: one line
         dmarc = dmarc_checker(settings)
+        routes = relay_routes(settings)  # a never-matching pattern or two overlapping routes: one line
+        sender = sender_rules(settings)
         smtp_compat.check()  # the SMTP session limits rely on aiosmtpd internals
     except ConfigError as exc:
         print(f"mailrelay: configuration error: {exc}", file=sys.stderr)
@@ -98,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             hint="set MAIL_RELAY_TLS_CERT and MAIL_RELAY_TLS_KEY to serve a trusted certificate",
         )
     try:
-        asyncio.run(serve(settings, tls_context, dmarc, tls_reload=reloading))
+        asyncio.run(serve(settings, tls_context, dmarc, routes=routes, sender=sender, tls_reload=reloading))
     except ListenFailed as exc:
         log.error("listen_failed", variables=exc.variables, address=exc.address, error=exc.reason)
         return EXIT_LISTEN

@@ -1,20 +1,34 @@
 """Fakes and helpers for tests of the relay, and for users testing their webhook receivers.
 
 `WebhookReceiver` is a real HTTP server on 127.0.0.1 that records requests and answers from a script;
-`FakeClock` (moves time by hand) and `free_port()` (an unused TCP port) are bastion_core's, shared with Bastion.
+`FakeClock` (moves time by hand) and `free_port()` (an unused TCP port) are bastion_core's, shared with Bastion;
+`payload_schema(version)` is the JSON Schema of the payload a receiver gets.
 """
 
 from __future__ import annotations
 
 import http.server
+import importlib.resources
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from bastion_core.testing import FakeClock, free_port
 
-__all__ = ["FakeClock", "RecordedRequest", "ScriptedResponse", "WebhookReceiver", "free_port"]
+__all__ = ["FakeClock", "RecordedRequest", "ScriptedResponse", "WebhookReceiver", "free_port", "payload_schema"]
+
+
+def payload_schema(version: int = 1) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of webhook payload `version` 1 or 2, as shipped in `mailrelay/schemas/`;
+    ValueError for another version. Validate with any JSON Schema library (`jsonschema.validate(payload, ...)`)."""
+    if version not in (1, 2):
+        raise ValueError(f"payload version {version!r} is not 1 or 2")
+    text = importlib.resources.files("mailrelay").joinpath("schemas", f"payload-v{version}.schema.json").read_text()
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -74,3 +74,19 @@ async def test_more_concurrent_calls_than_connections_wait_instead_of_failing(va
     finally:
         await store.close()
     assert results == [False] * 50
+
+
+async def test_a_byte_capped_memory_store_forgets_the_oldest_writes_first() -> None:
+    store = MemoryCacheStore(max_bytes=10)
+    for key in ("a", "b", "c"):
+        await store.set(key, b"1234", ttl_secs=60)
+    await store.set("a", b"1234", ttl_secs=60)  # written again: now the newest
+    assert [await store.get(key) for key in ("a", "b", "c")] == [b"1234", None, b"1234"]
+
+
+async def test_claim_sets_only_an_absent_key_and_returns_what_is_there() -> None:
+    store = MemoryCacheStore()
+    assert await store.claim("k", b"first", ttl_secs=60) is None
+    assert await store.claim("k", b"second", ttl_secs=60) == b"first"
+    await store.delete("k")
+    assert await store.claim("k", b"third", ttl_secs=60) is None

@@ -440,7 +440,8 @@ def test_a_misspelled_command_gets_a_suggestion() -> None:
     assert (result.returncode, result.stderr) == (2, "error: unknown command 'rnu'; did you mean 'run'?\n")
     result = bastion("frobnicate")
     assert result.stderr == (
-        "error: unknown command 'frobnicate' (commands: run, check-config, policy, dev-keys, dev-ca, dev-token, docs)\n"
+        "error: unknown command 'frobnicate' (commands: run, check-config, policy, deprecations, dev-keys, "
+        "dev-ca, dev-token, docs)\n"
     )
 
 
@@ -449,7 +450,7 @@ def test_docs_lists_the_installed_documentation_and_prints_a_page(capsys: pytest
     assert main(["docs"]) == 0
     listing = capsys.readouterr().out.splitlines()
     assert listing[0] == f"The documentation of this release, installed in {REPO / 'docs'}:"
-    assert "  installation   Installation" in listing
+    assert "  installation    Installation" in listing
     assert listing[-1] == "`bastion docs TOPIC` prints one (Markdown)."
     assert main(["docs", "installation"]) == 0
     assert capsys.readouterr().out == (REPO / "docs" / "installation.md").read_text()

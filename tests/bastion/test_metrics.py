@@ -673,3 +673,19 @@ class TestCardinality:
         after = await direct.series()
         assert set(after) == set(before)
         assert durations(after)[("GET", "", "404")] == durations(before)[("GET", "", "404")] + 200
+
+
+async def test_cache_store_up_follows_the_stores_last_answer(
+    built: Build, valkey_url: str, dead_redis_url: str
+) -> None:
+    """``/ready`` pings the store: 1 after a ping Valkey answered, 0 after one nobody answered; no gauge without
+    ``cache_store.url``."""
+    found = {}
+    for name, url in (("valkey", valkey_url), ("dead", dead_redis_url)):
+        settings = open_settings(environ={"SERVICE_CACHE_STORE_URL": url, "SERVICE_CACHE_STORE_TIMEOUT_SECS": "0.5"})
+        _, client = built(items_service(), settings)
+        await client.get("/ready")
+        found[name] = metric_series(await scrape(client), "bastion_cache_store_up")
+    _, client = built(items_service(), open_settings())
+    found["memory"] = metric_series(await scrape(client), "bastion_cache_store_up")
+    assert found == {"valkey": {(): 1.0}, "dead": {(): 0.0}, "memory": {}}

@@ -166,3 +166,16 @@ def test_deprecating_after_build_stays_allowed() -> None:
     built.build(load_settings(environ={"SERVICE_TOKEN_ENABLED": "false"}))
     built.deprecate(1, replacement=2)
     assert built.api.versions[1].deprecation is not None
+
+
+def test_idempotency_runs_after_policy_and_before_resilience(secured_env: dict[str, str]) -> None:
+    built = service()
+    built.api.versions[1].post("/orders", idempotency=True)(lambda: {})
+    built.use_resilience(version=1)
+    assert names(secured_env, built)[len(BASE) :] == [
+        "token_auth",
+        "rate_limit",
+        "policy",
+        "idempotency",
+        "resilience:v1",
+    ]

@@ -146,3 +146,16 @@ async def test_is_failure_decides_which_exceptions_count() -> None:
         async with guard.call():
             raise KeyError("not found is the caller's problem")
     assert breaker.state is BreakerState.CLOSED
+
+
+async def test_the_guards_readiness_check_follows_its_breaker_and_is_ready_without_one() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker("payments", min_requests=1, wait_secs=12, clock=clock)
+    guard = Guard(breaker=breaker)
+    await guard.ready()
+    with pytest.raises(RuntimeError):
+        async with guard.call():
+            raise RuntimeError("down")
+    with pytest.raises(CircuitOpenError, match="circuit 'payments' is open; retry in 12s"):
+        await guard.ready()
+    await Guard(breaker=None, bulkhead=Bulkhead("payments", max_concurrent=1)).ready()  # circuit_breaker_enabled off

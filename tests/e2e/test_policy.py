@@ -134,3 +134,13 @@ def test_a_policy_the_schema_rejects_stops_the_start(key_env: dict[str, str], tm
         f"error: policy.policy_path = {str(policies)!r} does not validate against the service's schema: statement 1 "
         '(line 2), @id("readers"): attribute `role` on entity type `User` not found; did you mean `roles`?\n',
     )
+
+
+def test_openapi_operations_note_the_roles_the_policies_permit(example: BastionProcess) -> None:
+    paths = httpx.get(f"{example.url}/api/v2/openapi.json").json()["paths"]
+    assert paths["/api/v2/documents"]["get"]["x-permitted-roles"] == {"user": "any", "admin": "any"}
+    assert paths["/api/v2/documents/{user_id}/{doc_id}"]["delete"]["x-permitted-roles"] == {
+        "user": "own",
+        "admin": "any",
+    }
+    assert paths["/api/v2/admin/users"]["get"]["x-permitted-roles"] == {"admin": "any"}

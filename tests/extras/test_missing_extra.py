@@ -40,9 +40,14 @@ MAILRELAY_EXTRAS = {
         {"MAIL_RELAY_QUEUE": "jetstream", "MAIL_RELAY_NATS_URL": "nats://127.0.0.1:4222"},
         "MAIL_RELAY_QUEUE=jetstream",
     ),
+    # cedarpy is Bastion's own dependency, optional only for MailRelay (its sender rules)
+    "policy": ("cedarpy", {"MAIL_RELAY_SENDER_POLICY_FILE": str(ROOT / "README.md")}, "MAIL_RELAY_SENDER_POLICY_FILE"),
 }
 EVERY_OPTIONAL = ",".join(
-    [*(blocked for blocked, _, _ in BASTION_EXTRAS.values()), *(blocked for blocked, _, _ in MAILRELAY_EXTRAS.values())]
+    [
+        *(blocked for blocked, _, _ in BASTION_EXTRAS.values()),
+        *(blocked for extra, (blocked, _, _) in MAILRELAY_EXTRAS.items() if extra != "policy"),
+    ]
 )
 
 
@@ -92,6 +97,39 @@ def test_a_mailrelay_feature_without_its_extra_stops_start_up_with_one_line(extr
         EXIT_CONFIG,
         "",
         f"mailrelay: configuration error: {feature} needs the {extra} extra: pip install 'mailrelay[{extra}]'\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "variables", "feature"),
+    [
+        (
+            [],
+            {"MAIL_RELAY_RAW": "s3", "MAIL_RELAY_S3_BUCKET": "mail"},
+            "MAIL_RELAY_RAW=s3 needs the s3 extra: pip install 'mailrelay[s3]'",
+        ),
+        (
+            ["dead-letters", "list"],
+            {"MAIL_RELAY_NATS_URL": "nats://127.0.0.1:4222"},
+            "mailrelay dead-letters needs the queue extra: pip install 'mailrelay[queue]'",
+        ),
+    ],
+    ids=["raw-s3", "dead-letters"],
+)
+def test_the_other_users_of_an_extra_name_it_in_one_line(
+    argv: list[str], variables: dict[str, str], feature: str, tmp_path: Path
+) -> None:
+    env = {
+        "MAIL_RELAY_TARGET_EMAILS": "inbox@example.test",
+        "MAIL_RELAY_WEBHOOK_URL": "http://127.0.0.1:9/webhook",
+        "MAIL_RELAY_WEBHOOK_ALLOW_INSECURE": "true",
+        **variables,
+    }
+    result = _run([sys.executable, "-m", "mailrelay", *argv], blocked="boto3,botocore,nats", env=env, cwd=tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        EXIT_CONFIG,
+        "",
+        f"mailrelay: configuration error: {feature}\n",
     )
 
 
@@ -145,6 +183,21 @@ with ServiceClient(service, environ={"SERVICE_TOKEN_ENABLED": "false"}) as clien
     published = client.broker.published("orders.>")
 print("deliveries", seen, len(published))
 """
+
+
+MAILRELAY_PROBE = """
+import sys
+import mailrelay, mailrelay.cli, mailrelay.testing
+from mailrelay import _assembly, _relay
+print("cedarpy" in sys.modules)
+"""
+
+
+def test_mailrelay_imports_without_cedarpy() -> None:
+    """Only a configured sender policy imports Cedar (mailrelay[policy])."""
+    result = _run([sys.executable, "-c", MAILRELAY_PROBE], blocked="cedarpy")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "False"
 
 
 def test_the_in_memory_test_broker_needs_no_broker_extra() -> None:

@@ -8,11 +8,11 @@ import pytest
 
 import mailrelay
 from mailrelay import parse_settings
-from mailrelay._assembly import attachment_policy, attachment_sink, dmarc_checker, message_queue
+from mailrelay._assembly import attachment_policy, dmarc_checker, message_queue, raw_store, s3_sink
 from mailrelay._attachment_policy import AttachmentPolicy, PolicyAction
-from mailrelay._attachments import InlineSink
 from mailrelay._config import REMOVED_VARIABLES, VARIABLES
 from mailrelay._mailauth import DmarcChecker
+from mailrelay._raw import InlineRaw, S3Raw
 from mailrelay._s3 import S3Sink
 from mailrelay.cli import EXIT_CONFIG, main
 
@@ -38,7 +38,8 @@ def test_docs_prints_the_manual_installed_with_the_relay(capsys: pytest.CaptureF
 def test_unknown_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve"]) == EXIT_CONFIG
     assert capsys.readouterr().err == (
-        "usage: mailrelay [--help] [--version] [docs [TOPIC]]   (configured by MAIL_RELAY_* variables and ./.env)\n"
+        "usage: mailrelay [--help] [--version] [docs [TOPIC]] [dead-letters list|show|replay ...]   (configured by "
+        "MAIL_RELAY_* variables and ./.env)\n"
     )
 
 
@@ -55,7 +56,10 @@ def test_help_lists_every_variable_once_the_required_first(flag: str, capsys: py
     old_name = "MAIL_RELAY_MAX_ATTACHMENT_SIZE"
     assert set(names) == VARIABLES - REMOVED_VARIABLES - {old_name}  # every variable a setting reads, once
     assert names[:2] == ["MAIL_RELAY_TARGET_EMAILS", "MAIL_RELAY_WEBHOOK_URL"]
-    assert rows["MAIL_RELAY_TARGET_EMAILS"] == ("required", "comma-separated recipient addresses to accept")
+    assert rows["MAIL_RELAY_TARGET_EMAILS"] == (
+        "required",
+        "comma-separated recipients to accept: addresses, *@domain, user+*@domain (required without ROUTES_FILE)",
+    )
     assert rows["MAIL_RELAY_PORT"] == ("2525", "SMTP port")
     assert rows["MAIL_RELAY_ATTACHMENT_MAX_BYTES"] == (
         "10485760",
@@ -146,8 +150,8 @@ def test_dmarc_checker_only_when_dmarc_is_on() -> None:
 
 
 @pytest.mark.usefixtures("aws_credentials")
-def test_attachment_sink_and_policy_from_the_settings() -> None:
-    assert isinstance(attachment_sink(parse_settings(REQUIRED)), InlineSink)
+def test_s3_sink_and_policy_from_the_settings() -> None:
+    assert s3_sink(parse_settings(REQUIRED)) is None
     s3 = parse_settings(
         {
             **REQUIRED,
@@ -157,7 +161,7 @@ def test_attachment_sink_and_policy_from_the_settings() -> None:
             "MAIL_RELAY_S3_REGION": "us-east-1",
         }
     )
-    sink = attachment_sink(s3)
+    sink = s3_sink(s3)
     assert isinstance(sink, S3Sink) and sink.bucket == "bucket-1"
     sink.close()
     values = {
@@ -169,6 +173,27 @@ def test_attachment_sink_and_policy_from_the_settings() -> None:
     assert attachment_policy(parse_settings(values)) == AttachmentPolicy(
         max_bytes=9, denied_extensions=frozenset({"exe"}), action=PolicyAction.REJECT
     )
+
+
+@pytest.mark.usefixtures("aws_credentials")
+def test_raw_store_from_the_settings() -> None:
+    assert raw_store(parse_settings(REQUIRED), None) is None
+    inline = raw_store(parse_settings({**REQUIRED, "MAIL_RELAY_RAW": "inline"}), None)
+    assert isinstance(inline, InlineRaw) and inline.max_bytes == 524_288
+    settings = parse_settings(
+        {
+            **REQUIRED,
+            "MAIL_RELAY_RAW": "s3",
+            "MAIL_RELAY_S3_BUCKET": "bucket-1",
+            "MAIL_RELAY_S3_ENDPOINT_URL": "http://127.0.0.1:9",
+            "MAIL_RELAY_S3_REGION": "us-east-1",
+        }
+    )
+    sink = s3_sink(settings)
+    assert settings.attachment_delivery == "inline" and isinstance(sink, S3Sink)
+    store = raw_store(settings, sink)
+    assert isinstance(store, S3Raw) and store.sink is sink
+    sink.close()
 
 
 def test_queue_only_in_jetstream_mode_with_every_nats_url_and_a_masked_one_to_show() -> None:

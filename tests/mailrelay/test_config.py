@@ -134,6 +134,8 @@ def test_allow_insecure_permits_plain_http_anywhere() -> None:
         ("HEALTH_PORT", "http", "a TCP port 0-65535"),
         ("WEBHOOK_TIMEOUT", "0", "a number of seconds > 0"),
         ("WEBHOOK_TIMEOUT", "nan", "a number of seconds > 0"),
+        ("PAYLOAD_VERSION", "3", "1 (the specification's payload) or 2"),
+        ("PAYLOAD_VERSION", "v2", "1 (the specification's payload) or 2"),
         ("WEBHOOK_MAX_RETRIES", "-1", "an integer 0-20"),
         ("WEBHOOK_MAX_RETRIES", "21", "an integer 0-20"),
         ("WEBHOOK_BACKOFF_BASE", "-0.5", "a number of seconds >= 0"),
@@ -158,6 +160,13 @@ def test_allow_insecure_permits_plain_http_anywhere() -> None:
 )
 def test_bad_values_name_variable_and_value(name: str, value: str, expected: str) -> None:
     assert error_for(settings_with(**{name: value})) == f"MAIL_RELAY_{name}: expected {expected}, got {value!r}"
+
+
+def test_payload_version_is_1_unless_set_to_2() -> None:
+    assert (
+        parse_settings(REQUIRED).payload_version,
+        parse_settings(settings_with(PAYLOAD_VERSION="2")).payload_version,
+    ) == (1, 2)
 
 
 def test_value_is_shown_as_it_arrived() -> None:

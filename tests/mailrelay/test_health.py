@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 
 import pytest
 import structlog
 
+from mailrelay._errors import QueueUnavailable
 from mailrelay._health import HealthServer, response_for
 from mailrelay._http import BAD_REQUEST, HEAD_TOO_LARGE, REQUEST_HEAD_LIMIT
+from mailrelay._queue import QueueDepth
 
 OK = (
     b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -96,5 +99,73 @@ async def test_server_answers_bad_input_without_a_traceback(raw: bytes, answer: 
         with structlog.testing.capture_logs() as logs:
             assert await request(server.port, raw) == answer
         assert logs == []
+    finally:
+        await server.stop()
+
+
+class StubQueue:
+    """The queue as /ready sees it (connected with these depths, or unavailable)."""
+
+    def __init__(self, *, dead_letters: int = 0, down: bool = False) -> None:
+        self.dead_letters = dead_letters
+        self.down = down
+
+    @property
+    def connected(self) -> bool:
+        return not self.down
+
+    async def depth(self) -> QueueDepth:
+        if self.down:
+            raise QueueUnavailable("not connected to NATS")
+        return QueueDepth(messages=2, dead_letters=self.dead_letters)
+
+
+async def ready(server: HealthServer, method: str = "GET") -> tuple[str, dict[str, object] | bytes]:
+    await server.start("127.0.0.1", 0)
+    try:
+        raw = await request(server.port, f"{method} /ready HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    finally:
+        await server.stop()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"Content-Type: application/json" in head
+    status = head.split(b"\r\n")[0].decode()
+    return status, json.loads(body) if body else body
+
+
+async def test_ready_in_direct_mode_has_no_dependencies() -> None:
+    assert await ready(HealthServer()) == (
+        "HTTP/1.1 200 OK",
+        {"ready": True, "service": "mailrelay", "dependencies": {}},
+    )
+
+
+async def test_ready_in_queue_mode_counts_the_dead_letters() -> None:
+    assert await ready(HealthServer(StubQueue(dead_letters=3))) == (
+        "HTTP/1.1 200 OK",
+        {
+            "ready": True,
+            "service": "mailrelay",
+            "dependencies": {"queue": {"healthy": True, "messages": 2, "dead_letters": 3}},
+        },
+    )
+
+
+async def test_ready_without_nats_is_503_with_the_reason() -> None:
+    assert await ready(HealthServer(StubQueue(down=True))) == (
+        "HTTP/1.1 503 Service Unavailable",
+        {
+            "ready": False,
+            "service": "mailrelay",
+            "dependencies": {"queue": {"healthy": False, "message": "not connected to NATS"}},
+        },
+    )
+
+
+async def test_ready_answers_head_without_a_body_and_other_methods_404() -> None:
+    assert await ready(HealthServer(), "HEAD") == ("HTTP/1.1 200 OK", b"")
+    server = HealthServer()
+    await server.start("127.0.0.1", 0)
+    try:
+        assert await request(server.port, b"POST /ready HTTP/1.1\r\nHost: x\r\n\r\n") == NOT_FOUND
     finally:
         await server.stop()

@@ -317,3 +317,52 @@ async def test_unusable_dmarc_records_mean_none(
     domain = f"{name}.unusable.test"
     dns_zone.txt(f"_dmarc.{domain}", *records)
     assert (await check(checker, message(f"al@{domain}"))).result is DmarcResult.NONE
+
+
+# ---- SPF and DKIM verdicts for payload v2 (report=True)
+
+
+@pytest.fixture(scope="module")
+def reporter(dns_zone: DnsZone) -> DmarcChecker:
+    return DmarcChecker(dns=DnsClient(servers=[("127.0.0.1", dns_zone.port)], timeout=DNS_TIMEOUT), report=True)
+
+
+async def test_report_gives_spf_after_an_aligned_dkim_pass(
+    reporter: DmarcChecker, dns_zone: DnsZone, key: tuple[bytes, str]
+) -> None:
+    dns_zone.txt("_dmarc.both.test", "v=DMARC1; p=reject")
+    dns_zone.txt("sel._domainkey.both.test", key[1])
+    dns_zone.txt("both.test", "v=spf1 -all")
+    raw = signed(message("al@both.test"), key, domain="both.test")
+    verdict = await check(reporter, raw, mail_from="al@both.test")
+    assert (verdict.result, verdict.spf, verdict.dkim) == (DmarcResult.PASS, "fail", "pass")
+
+
+async def test_report_without_a_dmarc_record(reporter: DmarcChecker, dns_zone: DnsZone) -> None:
+    dns_zone.txt("no-policy-spf.test", SPF_PASS)
+    verdict = await check(reporter, message("al@no-policy-spf.test"), mail_from="al@no-policy-spf.test")
+    assert (verdict.result, verdict.spf, verdict.dkim) == (DmarcResult.NONE, "pass", "none")
+
+
+async def test_report_of_a_broken_signature_is_dkim_fail(
+    reporter: DmarcChecker, dns_zone: DnsZone, key: tuple[bytes, str]
+) -> None:
+    dns_zone.txt("_dmarc.broken-sig.test", "v=DMARC1; p=none")
+    dns_zone.txt("sel._domainkey.broken-sig.test", key[1])
+    raw = signed(message("al@broken-sig.test"), key, domain="broken-sig.test").replace(b"hello", b"hullo")
+    verdict = await check(reporter, raw, mail_from="al@broken-sig.test")
+    assert (verdict.result, verdict.spf, verdict.dkim) == (DmarcResult.FAIL, "none", "fail")
+
+
+async def test_report_without_an_author(reporter: DmarcChecker, dns_zone: DnsZone) -> None:
+    dns_zone.txt("anonymous.test", SPF_PASS)
+    raw = b"Subject: no From\r\n\r\nbody\r\n"
+    verdict = await check(reporter, raw, mail_from="x@anonymous.test")
+    assert (verdict.result, verdict.spf, verdict.dkim) == (DmarcResult.FAIL, "pass", "none")
+
+
+async def test_verdicts_are_not_reported_without_report(checker: DmarcChecker, dns_zone: DnsZone) -> None:
+    dns_zone.txt("_dmarc.quiet.test", "v=DMARC1; p=none")
+    dns_zone.txt("quiet.test", SPF_PASS)
+    verdict = await check(checker, message("al@quiet.test"), mail_from="al@quiet.test")
+    assert (verdict.result, verdict.spf, verdict.dkim) == (DmarcResult.PASS, None, None)

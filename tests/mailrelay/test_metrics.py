@@ -59,6 +59,7 @@ DIRECT_FAMILIES = {
     "mailrelay_smtp_sessions_refused": "counter",
     "mailrelay_smtp_recipients": "counter",
     "mailrelay_smtp_messages": "counter",
+    "mailrelay_sender_policy_denials": "counter",
     "mailrelay_delivery_attempt_duration_seconds": "histogram",
     "mailrelay_deliveries": "counter",
     "mailrelay_webhook_duration_seconds": "histogram",  # deprecated aliases of the two above
@@ -137,6 +138,39 @@ class TestFamilies:
             "mailrelay_delivery_circuit_state": "gauge",
             "mailrelay_webhook_circuit_state": "gauge",
         }
+
+    def test_each_routes_breaker_has_its_target_label_and_the_alias_only_the_webhook(self) -> None:
+        metrics = fresh()
+        metrics.watch_breaker(CircuitBreaker("webhook"))
+        opened = CircuitBreaker("route:billing", min_requests=1, wait_secs=30)
+        opened.record(opened.admit(), success=False)
+        metrics.watch_breaker(opened, target="route:billing")
+        assert recorded(metrics, "mailrelay_delivery_circuit_state") == {
+            'state="closed",target="webhook"': 1.0,
+            'state="open",target="route:billing"': 1.0,
+        }
+        assert recorded(metrics, "mailrelay_webhook_circuit_state") == {'state="closed"': 1.0}
+
+    def test_a_routes_deliveries_and_attempts_have_its_target_label_and_the_alias_only_the_webhook(self) -> None:
+        metrics = fresh()
+        metrics.delivery(Delivery.DELIVERED)
+        metrics.delivery(Delivery.DELIVERED, target="route:billing")
+        metrics.delivery(Delivery.FAILED, target="route:billing")
+        metrics.attempt(Attempt(status=200), 0.01, target="route:billing")
+        assert recorded(metrics, "mailrelay_deliveries_total") == {
+            'outcome="delivered",target="webhook"': 1.0,
+            'outcome="delivered",target="route:billing"': 1.0,
+            'outcome="failed",target="route:billing"': 1.0,
+        }
+        assert recorded(metrics, "mailrelay_delivery_attempt_duration_seconds_count") == {
+            'outcome="delivered",target="route:billing"': 1.0
+        }
+        assert recorded(metrics, "mailrelay_webhook_deliveries_total") == {'outcome="delivered"': 1.0}
+
+    def test_sender_policy_denials_are_counted(self) -> None:
+        metrics = fresh()
+        metrics.sender_policy_denied()
+        assert recorded(metrics, "mailrelay_sender_policy_denials_total") == {"": 1.0}
 
     def test_process_collector_is_on_by_default(self) -> None:
         names = {family.name for family in text_string_to_metric_families(text(RelayMetrics()))}

@@ -329,7 +329,7 @@ class MemoryQueue:
     def fits(self, size: int) -> bool:
         return size <= self.limit
 
-    async def enqueue(self, body: bytes, *, delivery_id: str) -> None:
+    async def enqueue(self, body: bytes, *, delivery_id: str, route: str | None = None) -> None:
         if self.down:
             raise QueueUnavailable("not connected to NATS")
         self.stored.append((delivery_id, body))

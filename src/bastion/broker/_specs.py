@@ -20,6 +20,9 @@ class StreamSpec:
     max_age: float = 0.0
     """Seconds; 0 keeps messages until another limit removes them."""
     retention: Retention = "limits"
+    num_replicas: int | None = None
+    """Copies on a NATS cluster; ``None``: the server's default (1) when created, and an existing stream's own
+    count kept (a stream an operator pre-created with 3 replicas stays at 3)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,6 +23,7 @@ def _desired(spec: StreamSpec) -> StreamConfig:
         max_msgs=spec.max_messages,
         max_age=spec.max_age or None,
         retention=RetentionPolicy(spec.retention),
+        num_replicas=spec.num_replicas,
     )
 
 
@@ -56,6 +57,8 @@ async def ensure_stream(js: Any, spec: StreamSpec) -> str:
         changes["max_messages"] = (current.max_msgs, spec.max_messages)
     if not math.isclose(_age(current.max_age), spec.max_age, abs_tol=1e-3):
         changes["max_age"] = (_age(current.max_age), spec.max_age)
+    if spec.num_replicas is not None and (current.num_replicas or 1) != spec.num_replicas:
+        changes["num_replicas"] = (current.num_replicas or 1, spec.num_replicas)
     if not changes:
         return "unchanged"
     updated = StreamConfig.from_response({**current.as_dict(), **desired.as_dict()})

@@ -4,6 +4,7 @@ Every key of the spec's configuration tables exists here with the spec's default
 the default is documented in ``docs/configuration.md``).
 """
 
+from bastion.config._limits import IdempotencySettings, PlanSettings, RateLimitSettings, RouteRule
 from bastion.config._load import PATH_KEYS, load_settings, masked, read_file
 from bastion.config._masking import masked_app
 from bastion.config._messaging import BrokerSettings, StreamSettings
@@ -17,9 +18,7 @@ from bastion.config._sections import (
     GrpcSettings,
     MiddlewareSettings,
     PolicySettings,
-    RateLimitSettings,
     ResilienceSettings,
-    RouteRule,
     SecurityHeadersSettings,
     ServiceSettings,
     Settings,
@@ -37,8 +36,10 @@ __all__ = [
     "CompressionSettings",
     "CorsSettings",
     "GrpcSettings",
+    "IdempotencySettings",
     "MetricsSettings",
     "MiddlewareSettings",
+    "PlanSettings",
     "PolicySettings",
     "RateLimitSettings",
     "ResilienceSettings",

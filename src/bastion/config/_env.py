@@ -147,3 +147,10 @@ def dotenv_overrides(path: str | os.PathLike[str] = DOTENV_FILE) -> dict[str, st
         if binding.key is not None and binding.value is not None and binding.key.startswith(ENV_PREFIX):
             found[binding.key] = binding.value
     return found
+
+
+def apply_dotenv() -> None:
+    """``SERVICE_*`` variables from ``./.env`` into the environment, under those already set (and inherited by
+    the workers of ``--workers N``)."""
+    for name, value in dotenv_overrides().items():
+        os.environ.setdefault(name, value)

@@ -21,6 +21,10 @@ def _retention(value: object) -> object:
     return value
 
 
+MAX_REPLICAS = 5
+"""JetStream's largest replica count."""
+
+
 class StreamSettings(Section):
     """``[broker.streams.<NAME>]``: a JetStream stream, created (or updated) at start-up."""
 
@@ -28,6 +32,7 @@ class StreamSettings(Section):
     max_messages: Annotated[int, Field(ge=-1)] = -1
     max_age: Duration = 0.0
     retention: Annotated[Literal["limits", "interest", "workqueue"], BeforeValidator(_retention)] = "limits"
+    num_replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] | None = None
 
     @field_validator("subjects")
     @classmethod

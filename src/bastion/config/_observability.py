@@ -25,6 +25,8 @@ class AuditSettings(Section):
 
 
 DEFAULT_OTLP_ENDPOINT = "http://127.0.0.1:4318/v1/traces"
+MAX_VERSION_CALLERS = 10_000
+"""The largest ``metrics.version_callers``: each caller is a series per version a scraper stores."""
 
 
 class MetricsSettings(Section):
@@ -37,6 +39,9 @@ class MetricsSettings(Section):
     an ordinary route behind them (a policy must permit ``GET <path>``)."""
     port: Annotated[int, Field(ge=1, le=65535)] | None = None
     """Serve the metrics on this port of ``service.host`` instead of the main port (``bastion run``)."""
+    version_callers: Annotated[int, Field(ge=0, le=MAX_VERSION_CALLERS)] = 0
+    """``api_version_requests`` by caller (``caller`` label: the token's ``client_id``, else a hash of its ``sub``):
+    at most this many callers per process, the others counted as ``other``; ``0``: no ``caller`` label."""
 
     @field_validator("path")
     @classmethod

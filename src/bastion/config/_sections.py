@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import structlog
 from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator, model_validator
 
+from bastion.config._limits import IdempotencySettings, RateLimitSettings
 from bastion.config._messaging import BrokerSettings
 from bastion.config._observability import AuditSettings, MetricsSettings, TracingSettings
 from bastion.config._tls import TlsSettings
@@ -59,6 +60,9 @@ class ServiceSettings(Section):
     api_docs_public: Bool = True
     """Serve each version's Swagger UI, ReDoc and OpenAPI document without a token or a policy decision
     (docs/api-docs.md); ``false`` puts them behind token auth and policy like any route."""
+    deprecation_header: Literal["version", "rfc9745"] = "version"
+    """The form of a deprecated version's ``Deprecation`` header: the spec's ``version="v1"``, or RFC 9745's
+    ``@<Unix seconds>`` of the date the version was deprecated (every deprecation then needs ``since``)."""
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServiceSettings:
@@ -204,41 +208,6 @@ class CacheStoreSettings(Section):
     timeout_secs: Annotated[float, Field(gt=0)] = 1.0
 
 
-class RouteRule(Section):
-    """One ``[rate_limit.routes."<pattern>"]`` entry: one rate (per second, minute, hour or day) and a burst."""
-
-    requests_per_second: PositiveInt | None = None
-    requests_per_minute: PositiveInt | None = None
-    requests_per_hour: PositiveInt | None = None
-    requests_per_day: PositiveInt | None = None
-    burst_size: PositiveInt | None = None
-    per_user: Bool = True
-
-    @model_validator(mode="after")
-    def _one_rate(self) -> RouteRule:
-        rates = [self.requests_per_second, self.requests_per_minute, self.requests_per_hour, self.requests_per_day]
-        if sum(rate is not None for rate in rates) != 1:
-            raise ValueError(
-                "set exactly one of requests_per_second, requests_per_minute, requests_per_hour, requests_per_day"
-            )
-        return self
-
-
-class RateLimitSettings(Section):
-    """``[rate_limit]``: per user, client and IP buckets with per-route rules."""
-
-    enabled: Bool = True
-    per_user_rpm: PositiveInt = 600
-    per_client_rpm: PositiveInt = 1200
-    per_ip_rpm: PositiveInt = 300
-    window_secs: PositiveInt = 60
-    burst_size: PositiveInt | None = None
-    auto_apply: Bool = True
-    distributed: Bool = False
-    trust_forwarded_headers: Bool = False
-    routes: dict[str, RouteRule] = Field(default_factory=dict)
-
-
 def _clamp_unit(value: object) -> object:
     if isinstance(value, str):
         try:
@@ -302,6 +271,9 @@ class CorsSettings(Section):
             "x-ratelimit-limit",
             "x-ratelimit-remaining",
             "x-ratelimit-reset",
+            "ratelimit",
+            "ratelimit-policy",
+            "idempotent-replayed",
             "retry-after",
             "deprecation",
             "sunset",
@@ -422,6 +394,7 @@ class Settings(Section):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     cache_store: CacheStoreSettings = Field(default_factory=CacheStoreSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    idempotency: IdempotencySettings = Field(default_factory=IdempotencySettings)
     middleware: MiddlewareSettings = Field(default_factory=MiddlewareSettings)
     broker: BrokerSettings | None = None
     audit: AuditSettings = Field(default_factory=AuditSettings)

@@ -7,13 +7,14 @@ token auth (it reads the claims) and before policy, on the full canonical path.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from bastion._audit import Auditor
 from bastion._cache_store import CacheStore, DeferredRevocation
 from bastion._guard import Exemptions, guard_layer
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import AuditSettings, RateLimitSettings
-from bastion.errors import RateLimitExceeded
+from bastion.errors import CacheStoreError, RateLimitExceeded
 from bastion.ratelimit._buckets import LimiterStore, Outcome, RuleSet
 from bastion.ratelimit._distributed import DistributedLimiter
 from bastion.ratelimit._local import LocalLimiter
@@ -40,17 +41,27 @@ async def charge(
     trust_forwarded: bool,
     auditor: Auditor | None,
     metrics: Metrics = NO_METRICS,
+    fallback: LocalLimiter | None = None,
+    ietf: bool = False,
 ) -> Outcome:
     """Charge the request's bucket; on a spent bucket emit ``HttpRequestDenied`` and raise RateLimitExceeded.
 
     Shared by HTTP requests and gRPC calls (whose scope has ``method`` POST and ``path`` the method).
-    A cache-store failure propagates as CacheStoreError, without an audit event.
+    A cache-store failure propagates as CacheStoreError, without an audit event, unless the bucket's rule says
+    ``on_store_error = "local"`` and ``fallback`` is given: then the bucket is charged in ``fallback`` (this
+    process) and ``bastion_rate_limit_events{event="local_fallback"}`` counts it.
     """
     bucket = rules.bucket_for(scope, trust_forwarded=trust_forwarded)
     deferred: DeferredRevocation | None = scope.pop(SCOPE_DEFERRED_REVOCATION, None)
     if deferred is None:
-        outcome = await store.charge(bucket)
-    else:
+        try:
+            outcome = await store.charge(bucket)
+        except CacheStoreError:
+            if fallback is None or not bucket.local_fallback:
+                raise
+            metrics.rate_limit_event("local_fallback")
+            outcome = fallback.charge_now(bucket)
+    else:  # a revocation check that cannot be made fails closed, whatever the rule says
         combined = getattr(store, "charge_unless_revoked", None)
         if combined is None:
             await deferred.check()
@@ -73,7 +84,7 @@ async def charge(
                 limit=outcome.limit,
                 retry_after=outcome.retry_after_secs,
             )
-        raise RateLimitExceeded(retry_after=outcome.retry_after_secs, headers=outcome.headers())
+        raise RateLimitExceeded(retry_after=outcome.retry_after_secs, headers=outcome.headers(ietf=ietf))
     if metrics.traced:
         metrics.rate_limit_passed(bucket_kind(bucket.key))
     return outcome
@@ -97,8 +108,10 @@ class RateLimitGuard:
     ) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.rules = RuleSet.from_settings(settings)
+        self.rules = RuleSet.from_settings(settings, unknown_plan=partial(metrics.rate_limit_event, "unknown_plan"))
         self.store = store
+        self.fallback = LocalLimiter() if isinstance(store, DistributedLimiter) else None
+        """Where buckets of ``on_store_error = "local"`` rules are counted while the cache store is down."""
         # Audit events are on by default (spec): a limiter wired by hand logs HttpRequestDenied too.
         self.auditor = auditor if auditor is not None else Auditor(AuditSettings())
         self.exemptions = Exemptions(scope_types=frozenset({"http", "websocket", "grpc"}))
@@ -142,8 +155,11 @@ class RateLimitGuard:
             trust_forwarded=self.settings.trust_forwarded_headers,
             auditor=self.auditor,
             metrics=self.metrics,
+            fallback=self.fallback,
+            ietf=self.settings.ietf_headers,
         )
-        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *outcome.raw_headers()]
+        headers = outcome.raw_headers(ietf=self.settings.ietf_headers)
+        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *headers]
 
     @property
     def layer(self) -> Layer:

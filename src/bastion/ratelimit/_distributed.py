@@ -22,7 +22,7 @@ import structlog
 
 from bastion._cache_store import CacheStore, RedisCacheStore
 from bastion.errors import CacheStoreError
-from bastion.ratelimit._buckets import Bucket, Outcome
+from bastion.ratelimit._buckets import Bucket, Outcome, combine
 from bastion.ratelimit._local import gcra
 
 log = structlog.get_logger("bastion.ratelimit")
@@ -53,6 +53,42 @@ REVOKED = -1
 GCRA_UNLESS_REVOKED_SCRIPT = (
     "if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, 0, 0, 0, 0} end\n" + GCRA_SCRIPT.lstrip("\n")
 )
+# Several windows in one script, so a plan's minute and day windows still cost one round trip: KEYS[1..n] the
+# windows' keys (KEYS[n+1], when given, a jwt:revoked:{jti} key checked first); ARGV[1] = n, then the interval
+# (microseconds) and burst of each window. Every window decides; the request counts in all of them only when
+# all allow it. Returns {allowed, retry_after_us, now_us, remaining_1, reset_after_us_1, ...}.
+WINDOWS_SCRIPT = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local n = tonumber(ARGV[1])
+if #KEYS > n and redis.call('EXISTS', KEYS[n + 1]) == 1 then return {-1, 0, 0} end
+local out = {1, 0, now}
+local tats = {}
+for i = 1, n do
+  local interval = tonumber(ARGV[2 * i])
+  local burst = tonumber(ARGV[2 * i + 1])
+  local tat = tonumber(redis.call('GET', KEYS[i]) or '') or now
+  if tat < now then tat = now end
+  local new_tat = tat + interval
+  local allow_at = new_tat - burst * interval
+  if now < allow_at then
+    out[1] = 0
+    if allow_at - now > out[2] then out[2] = allow_at - now end
+    out[#out + 1] = -1
+    out[#out + 1] = tat - now
+  else
+    tats[i] = new_tat
+    out[#out + 1] = math.floor((now - allow_at) / interval)
+    out[#out + 1] = new_tat - now
+  end
+end
+if out[1] == 1 then
+  for i = 1, n do
+    redis.call('SET', KEYS[i], string.format('%.0f', tats[i]), 'PX', math.max(1, math.ceil((tats[i] - now) / 1000)))
+  end
+end
+return out
+"""
 
 
 class DistributedLimiter:
@@ -75,6 +111,7 @@ class DistributedLimiter:
 
             self._script = store.client.register_script(GCRA_SCRIPT)
             self._script_unless_revoked = store.client.register_script(GCRA_UNLESS_REVOKED_SCRIPT)
+            self._windows_script = store.client.register_script(WINDOWS_SCRIPT)
             self._batch = ScriptBatch(store.client)
             self._errors = (RedisError, OSError, asyncio.TimeoutError)
 
@@ -86,7 +123,10 @@ class DistributedLimiter:
     async def charge(self, bucket: Bucket) -> Outcome:
         if self._script is None:
             return await self._charge_generic(bucket)
-        outcome = await self._run(self._script, [bucket.key], bucket)
+        if bucket.more:
+            outcome = await self._run_windows(bucket, None)
+        else:
+            outcome = await self._run(self._script, [bucket.key], bucket)
         assert outcome is not None
         return outcome
 
@@ -97,6 +137,8 @@ class DistributedLimiter:
             if await self.store.exists(revocation_key):  # CacheStoreError propagates: fail closed
                 return None
             return await self._charge_generic(bucket)
+        if bucket.more:
+            return await self._run_windows(bucket, revocation_key)
         return await self._run(self._script_unless_revoked, [bucket.key, revocation_key], bucket)
 
     async def _run(self, script: Any, keys: list[str], bucket: Bucket) -> Outcome | None:
@@ -111,19 +153,60 @@ class DistributedLimiter:
         if allowed == REVOKED:
             return None
         return Outcome(
-            bool(allowed), quota.limit, remaining, retry_after_us / MICROS, (now_us + reset_after_us) / MICROS
+            bool(allowed),
+            quota.limit,
+            remaining,
+            retry_after_us / MICROS,
+            (now_us + reset_after_us) / MICROS,
+            (),
+            quota.period_secs,
         )
 
+    async def _run_windows(self, bucket: Bucket, revocation_key: str | None) -> Outcome | None:
+        windows = bucket.windows()
+        keys = [key for key, _ in windows]
+        args = [len(windows)]
+        for _, quota in windows:
+            args += [max(1, round(quota.interval_secs * MICROS)), quota.burst]
+        try:
+            reply = await self._batch.call(
+                self._windows_script, keys if revocation_key is None else [*keys, revocation_key], args
+            )
+        except self._errors as exc:
+            raise self._failed(exc) from exc
+        self._recovered()
+        allowed, retry_after_us, now_us, *states = (int(value) for value in reply)
+        if allowed == REVOKED:
+            return None
+        decided = []
+        for index, (_, quota) in enumerate(windows):
+            remaining, reset_after_us = states[2 * index], states[2 * index + 1]
+            ok = remaining >= 0
+            retry_after = 0.0 if ok else retry_after_us / MICROS
+            decided.append((quota, ok, max(0, remaining), retry_after, reset_after_us / MICROS))
+        return combine(tuple(decided), now_us / MICROS)
+
     async def _charge_generic(self, bucket: Bucket) -> Outcome:
-        quota = bucket.quota
         async with self._lock:
-            raw = await self.store.get(bucket.key)  # CacheStoreError propagates: never pass uncounted
+            # CacheStoreError propagates: never pass uncounted
+            raws = [await self.store.get(key) for key, _ in bucket.windows()]
             now = self._clock()
-            tat = _parse_tat(raw)
-            step = gcra(tat, now, interval=quota.interval_secs, burst=quota.burst)
-            if step.allowed:
-                await self.store.set(bucket.key, b"%d" % round(step.tat * MICROS), ttl_secs=step.reset_after)
-        return Outcome(step.allowed, quota.limit, step.remaining, step.retry_after, now + step.reset_after)
+            steps = [
+                gcra(_parse_tat(raw), now, interval=quota.interval_secs, burst=quota.burst)
+                for raw, (_, quota) in zip(raws, bucket.windows(), strict=True)
+            ]
+            if all(step.allowed for step in steps):
+                for step, (key, _) in zip(steps, bucket.windows(), strict=True):
+                    await self.store.set(key, b"%d" % round(step.tat * MICROS), ttl_secs=step.reset_after)
+        if not bucket.more:
+            step, quota = steps[0], bucket.quota
+            reset_at = now + step.reset_after
+            return Outcome(step.allowed, quota.limit, step.remaining, step.retry_after, reset_at, (), quota.period_secs)
+        windows = tuple(
+            (quota, step.allowed, step.remaining, step.retry_after, step.reset_after)
+            for step, (_, quota) in zip(steps, bucket.windows(), strict=True)
+        )
+        return combine(windows, now)
 
     def _failed(self, exc: BaseException) -> CacheStoreError:
         if not self._down:

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
 
-from bastion.ratelimit._buckets import Bucket, Outcome
+from bastion.ratelimit._buckets import Bucket, Outcome, combine
 
 DEFAULT_MAX_BUCKETS = 100_000
 DEFAULT_SWEEP_INTERVAL_SECS = 60.0
@@ -82,20 +82,42 @@ class LocalLimiter:
     def charge_now(self, bucket: Bucket) -> Outcome:
         """Charge synchronously (the decision never waits on I/O)."""
         now = self._clock()
+        if bucket.more:
+            return self._charge_windows(bucket, now)
         tats = self._tats
-        key, quota = bucket
+        key, quota = bucket.key, bucket.quota
         allowed, tat, remaining, retry_after, reset_after = gcra(
             tats.get(key), now, interval=quota.interval_secs, burst=quota.burst
         )
         if allowed:
             tats[key] = tat
+        self._touch(key, now)
+        return Outcome(
+            allowed, quota.limit, remaining, retry_after, self._wall_clock() + reset_after, (), quota.period_secs
+        )
+
+    def _charge_windows(self, bucket: Bucket, now: float) -> Outcome:
+        """Several windows: each decides; the request counts in all of them only when all allow it."""
+        tats = self._tats
+        windows = bucket.windows()
+        steps = [gcra(tats.get(key), now, interval=quota.interval_secs, burst=quota.burst) for key, quota in windows]
+        allowed = all([step[0] for step in steps])
+        states = []
+        for (key, quota), step in zip(windows, steps, strict=True):
+            if allowed:
+                tats[key] = step[1]
+            self._touch(key, now)
+            states.append((quota, step[0], step[2], step[3], step[4]))
+        return combine(tuple(states), self._wall_clock())
+
+    def _touch(self, key: str, now: float) -> None:
+        tats = self._tats
         if key in tats:
             tats.move_to_end(key)  # a refused caller is still active: keep its (spent) bucket
             if len(tats) > self.max_buckets:
                 tats.popitem(last=False)
         if now >= self._next_sweep:
             self.sweep(now)
-        return Outcome(allowed, quota.limit, remaining, retry_after, self._wall_clock() + reset_after)
 
     def sweep(self, now: float | None = None) -> int:
         """Drop every full bucket (its ``tat`` has passed: it holds nothing a new bucket would not); return how many."""

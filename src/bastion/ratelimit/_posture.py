@@ -20,6 +20,7 @@ class RateLimitPosture:
     per_client_rpm: int = 0
     per_ip_rpm: int = 0
     route_rules: int = 0
+    plans: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, limits: RateLimitSettings, *, built_in: bool) -> RateLimitPosture:
@@ -31,6 +32,7 @@ class RateLimitPosture:
             per_client_rpm=limits.per_client_rpm,
             per_ip_rpm=limits.per_ip_rpm,
             route_rules=len(limits.routes),
+            plans=tuple(sorted(limits.plans)),
         )
 
     @property
@@ -41,13 +43,16 @@ class RateLimitPosture:
         """The ``rate_limit`` field of the ``security_posture`` log event."""
         if not self.built_in:
             return {"mode": self.mode}
-        return {
+        fields: dict[str, Any] = {
             "mode": self.mode,
             "per_user_rpm": self.per_user_rpm,
             "per_client_rpm": self.per_client_rpm,
             "per_ip_rpm": self.per_ip_rpm,
             "route_rules": self.route_rules,
         }
+        if self.plans:
+            fields["plans"] = list(self.plans)
+        return fields
 
     def line(self) -> str:
         """The ``rate limit:`` line of ``bastion check-config``."""
@@ -55,6 +60,7 @@ class RateLimitPosture:
             return (
                 f"rate limit: {self.mode}, {self.per_user_rpm}/min per user, {self.per_client_rpm}/min per client, "
                 f"{self.per_ip_rpm}/min per IP, {self.route_rules} route rules"
+                + (f", plans {', '.join(self.plans)}" if self.plans else "")
             )
         if self.mode == "operator":
             return "rate limit: wired by the operator (rate_limit.auto_apply = false)"

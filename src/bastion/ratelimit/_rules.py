@@ -94,6 +94,10 @@ class RouteRule:
     segments: tuple[str, ...]
     quota: Quota
     per_user: bool = True
+    more: tuple[Quota, ...] = ()
+    """Further windows of the rule (a rule with several rates), charged in the same check as ``quota``."""
+    local_fallback: bool = False
+    """``on_store_error = "local"``: counted in this process while the cache store is down."""
     rank: tuple[object, ...] = field(init=False, repr=False, compare=False)
     """Sort key among matching wildcard rules: lower is more specific (see the module docstring)."""
 
@@ -163,17 +167,26 @@ def canonical_name(method: str | None, segments: tuple[str, ...]) -> str:
     return f"{method} {path}" if method else path
 
 
+def quotas_of(settings: RouteRuleSettings) -> tuple[Quota, ...]:
+    """The quotas of a ``[rate_limit.routes]`` entry, one per rate it sets, shortest window first; the burst
+    applies to the shortest window (the longer ones allow their whole rate at once)."""
+    rates = [
+        (1.0, settings.requests_per_second),
+        (60.0, settings.requests_per_minute),
+        (3600.0, settings.requests_per_hour),
+        (86_400.0, settings.requests_per_day),
+    ]
+    quotas = [Quota(limit=limit, period_secs=period) for period, limit in rates if limit is not None]
+    assert quotas  # the settings model requires a rate
+    first = quotas[0]
+    if settings.burst_size is not None:
+        quotas[0] = Quota(limit=first.limit, period_secs=first.period_secs, burst=settings.burst_size)
+    return tuple(quotas)
+
+
 def quota_of(settings: RouteRuleSettings) -> Quota:
-    """The quota of a ``[rate_limit.routes]`` entry (its per-second, per-minute or per-hour rate)."""
-    burst = settings.burst_size
-    if settings.requests_per_second is not None:
-        return Quota.per_second(settings.requests_per_second, burst=burst)
-    if settings.requests_per_hour is not None:
-        return Quota.per_hour(settings.requests_per_hour, burst=burst)
-    if settings.requests_per_day is not None:
-        return Quota(limit=settings.requests_per_day, period_secs=86_400.0, burst=burst or 0)
-    assert settings.requests_per_minute is not None  # the settings model requires exactly one rate
-    return Quota.per_minute(settings.requests_per_minute, burst=burst)
+    """The quota of the shortest window of a ``[rate_limit.routes]`` entry."""
+    return quotas_of(settings)[0]
 
 
 def check_patterns(patterns: Iterable[str]) -> None:
@@ -249,19 +262,25 @@ class RouteRules:
         self._match_cached = functools.lru_cache(maxsize=MATCH_CACHE_SIZE)(self._match_uncached)
 
     @classmethod
-    def from_settings(cls, routes: Mapping[str, RouteRuleSettings]) -> RouteRules:
-        """Compile ``rate_limit.routes`` once; ConfigError for invalid or duplicate patterns."""
+    def from_settings(
+        cls, routes: Mapping[str, RouteRuleSettings], *, on_store_error: str = "fail_closed"
+    ) -> RouteRules:
+        """Compile ``rate_limit.routes`` once; ConfigError for invalid or duplicate patterns. ``on_store_error`` is
+        ``rate_limit.on_store_error``, for the rules that do not set their own."""
         check_patterns(routes)
         compiled = []
         for pattern, settings in routes.items():
             method, segments = parse_pattern(pattern)
+            first, *more = quotas_of(settings)
             compiled.append(
                 RouteRule(
                     name=canonical_name(method, segments),
                     method=method,
                     segments=segments,
-                    quota=quota_of(settings),
+                    quota=first,
                     per_user=settings.per_user,
+                    more=tuple(more),
+                    local_fallback=(settings.on_store_error or on_store_error) == "local",
                 )
             )
         return cls(compiled)

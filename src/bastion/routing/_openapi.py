@@ -20,6 +20,9 @@ from starlette.convertors import StringConvertor
 from bastion.routing._resolve import RouteEntry
 
 BEARER_SCHEME = "bearerAuth"
+PERMITTED_ROLES = "x-permitted-roles"
+"""Each operation's note of who the policies let call it: ``anonymous``, ``user`` (any token) and each role
+they name, as ``"any"`` (any resource) or ``"own"`` (resources whose parameters name the caller)."""
 ERROR_SCHEMA = "Error"
 RATE_LIMIT_ERROR_SCHEMA = "RateLimitError"
 SEGMENT_PATTERN = r"^(?!\.\.?$)[^/\x00-\x1f\x7f]+$"
@@ -48,6 +51,10 @@ class Gates:
     guarded: Callable[[str], bool]
     max_body_bytes: int
     timeout_secs: float
+    permitted_roles: Callable[[str], Mapping[str, str]] | None = None
+    """``"<METHOD> <template>"`` -> ``{role: "any" | "own"}`` the policies permit (``x-permitted-roles``)."""
+    policy_digest: str = ""
+    """The digest of the policies ``permitted_roles`` reads: a reload changes it and the documents are redone."""
 
 
 def segment_parameters(entries: Iterable[RouteEntry]) -> dict[str, frozenset[str]]:
@@ -86,6 +93,8 @@ def complete_openapi(
                 continue
             _pattern_path_parameters(operation, plain)
             any_token |= responses.add(template, operation)
+            if gates.permitted_roles is not None:
+                operation[PERMITTED_ROLES] = dict(gates.permitted_roles(f"{method.upper()} {template}"))
     if any_token:
         components.setdefault("securitySchemes", {})[BEARER_SCHEME] = {
             "type": "http",

@@ -13,8 +13,9 @@ from fastapi.routing import APIRoute
 from bastion._exception_handlers import ExceptionHandler, register
 from bastion.config import RouteRule
 from bastion.errors import ConfigError
-from bastion.routing._deprecation import Deprecation
+from bastion.routing._deprecation import Deprecation, HeaderForm
 from bastion.routing._limits import parse_rate
+from bastion.routing._sunset import Brownout
 from bastion.types import Headers
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -26,7 +27,9 @@ class ApiVersion(APIRouter):
     Register handlers exactly as on any FastAPI router (``@v1.get("/documents")``, ``include_router``,
     pydantic models, ``Depends``). The prefix is applied when the service is built. The route methods also
     take ``rate_limit="10/minute"`` (``N/second|minute|hour|day``): the route's own ``[rate_limit.routes]``
-    entry, which an entry of the configuration for the same route replaces (docs/ratelimit.md).
+    entry, which an entry of the configuration for the same route replaces (docs/ratelimit.md); and
+    ``idempotency=True``: the route takes an ``Idempotency-Key`` as if listed in ``[idempotency] routes``
+    (docs/idempotency.md).
     """
 
     def __init__(self, number: int, *, api: VersionedApi, **router_kwargs: Any) -> None:
@@ -38,46 +41,72 @@ class ApiVersion(APIRouter):
         self.exception_handlers: dict[type[BaseException], Any] = {}
         self.rate_limits: list[tuple[APIRoute, RouteRule]] = []
         """The routes registered with ``rate_limit=``, and their rule."""
+        self.idempotent: list[APIRoute] = []
+        """The routes registered with ``idempotency=True``."""
 
-    def _limited(self, rate_limit: str | None, path: str, decorator: Callable[[F], F]) -> Callable[[F], F]:
-        if rate_limit is None:
+    def _limited(
+        self, rate_limit: str | None, path: str, decorator: Callable[[F], F], idempotency: bool = False
+    ) -> Callable[[F], F]:
+        if rate_limit is None and not idempotency:
             return decorator
-        rule = parse_rate(rate_limit, route=f"{self.label} {path!r}")
+        rule = parse_rate(rate_limit, route=f"{self.label} {path!r}") if rate_limit is not None else None
 
         def register(endpoint: F) -> F:
             before = len(self.routes)
             decorated = decorator(endpoint)
-            self.rate_limits += [(route, rule) for route in self.routes[before:] if isinstance(route, APIRoute)]
+            added = [route for route in self.routes[before:] if isinstance(route, APIRoute)]
+            if rule is not None:
+                self.rate_limits += [(route, rule) for route in added]
+            if idempotency:
+                self.idempotent += added
             return decorated
 
         return register
 
-    def api_route(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().api_route(path, **kwargs))
+    def api_route(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().api_route(path, **kwargs), idempotency)
 
-    def get(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().get(path, **kwargs))
+    def get(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().get(path, **kwargs), idempotency)
 
-    def put(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().put(path, **kwargs))
+    def put(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().put(path, **kwargs), idempotency)
 
-    def post(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().post(path, **kwargs))
+    def post(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().post(path, **kwargs), idempotency)
 
-    def delete(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().delete(path, **kwargs))
+    def delete(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().delete(path, **kwargs), idempotency)
 
-    def patch(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().patch(path, **kwargs))
+    def patch(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().patch(path, **kwargs), idempotency)
 
-    def head(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().head(path, **kwargs))
+    def head(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().head(path, **kwargs), idempotency)
 
-    def options(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().options(path, **kwargs))
+    def options(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().options(path, **kwargs), idempotency)
 
-    def trace(self, path: str, *, rate_limit: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        return self._limited(rate_limit, path, super().trace(path, **kwargs))
+    def trace(
+        self, path: str, *, rate_limit: str | None = None, idempotency: bool = False, **kwargs: Any
+    ) -> Callable[[F], F]:
+        return self._limited(rate_limit, path, super().trace(path, **kwargs), idempotency)
 
     def exception_handler(self, exc_class: type[Exception]) -> Callable[[ExceptionHandler], ExceptionHandler]:
         """Decorator: handle ``exc_class`` (and its subclasses) raised by this version's routes, before the
@@ -115,7 +144,7 @@ class VersionedApi:
         self.base_path = base_path
         self.versions: dict[int, ApiVersion] = {}
         self.deprecations: dict[int, Deprecation] = {}
-        self._headers: dict[int, Headers] = {}
+        self._headers: dict[tuple[int, HeaderForm], Headers] = {}
         self._openapi: dict[tuple[int, str, str, str], dict[str, Any]] = {}
 
     def version(
@@ -141,21 +170,42 @@ class VersionedApi:
         replacement: int,
         sunset: str | datetime | None = None,
         message: str | None = None,
+        enforce_sunset: bool = False,
+        brownout: Brownout | None = None,
+        since: str | datetime | None = None,
     ) -> None:
-        """Mark a registered version deprecated, with its replacement, optional RFC 3339 sunset and message."""
+        """Mark a registered version deprecated, with its replacement, optional RFC 3339 sunset and message,
+        sunset enforcement (410 from the sunset on), brownout schedule and deprecation date (see Deprecation)."""
         if number not in self.versions:
             raise ConfigError(f"cannot deprecate v{number}: it is not registered")
-        self._set_deprecation(number, Deprecation(replacement=replacement, sunset=sunset, message=message))
+        self._set_deprecation(
+            number,
+            Deprecation(
+                replacement=replacement,
+                sunset=sunset,
+                message=message,
+                enforce_sunset=enforce_sunset,
+                brownout=brownout,
+                since=since,
+            ),
+        )
 
     def _set_deprecation(self, number: int, deprecation: Deprecation) -> None:
         if deprecation.replacement == number:
             raise ConfigError(f"v{number} cannot be its own replacement")
         self.deprecations[number] = deprecation
-        self._headers[number] = deprecation.headers(number)
+        self._headers = {key: headers for key, headers in self._headers.items() if key[0] != number}
         self._openapi = {key: document for key, document in self._openapi.items() if key[0] != number}
 
-    def deprecation_headers(self, number: int) -> Headers:
-        return self._headers.get(number, [])
+    def deprecation_headers(self, number: int, form: HeaderForm = "version") -> Headers:
+        """The headers of a deprecated version's responses (none for a current one), built once per form."""
+        deprecation = self.deprecations.get(number)
+        if deprecation is None:
+            return []
+        headers = self._headers.get((number, form))
+        if headers is None:
+            headers = self._headers[(number, form)] = deprecation.headers(number, form)
+        return headers
 
     def validate(self) -> None:
         """Check cross-version facts once all versions are registered (at build)."""

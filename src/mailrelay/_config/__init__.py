@@ -8,11 +8,9 @@ from mailrelay._config.model import (
     load_settings,
     parse_settings,
     read_environment,
-    refuse_unknown_variables,
     shown_value,
-    unknown_variables,
-    variable_defaults,
 )
+from mailrelay._config.variables import refuse_unknown_variables, unknown_variables, variable_defaults
 
 __all__ = [
     "PREFIX",

@@ -13,7 +13,8 @@ import httpx
 from pydantic import BeforeValidator
 from pydantic_core import PydanticUseDefault
 
-from bastion_core import mask_url
+from bastion_core import ConfigError, mask_url
+from mailrelay._routing import parse_pattern
 
 PREFIX = "MAIL_RELAY_"
 MAX_WEBHOOK_RETRIES = 20
@@ -39,6 +40,8 @@ QueueMode = Literal["direct", "jetstream"]
 QUEUE_MODES: tuple[str, ...] = get_args(QueueMode)
 AttachmentDelivery = Literal["inline", "s3"]
 ATTACHMENT_DELIVERIES: tuple[str, ...] = get_args(AttachmentDelivery)
+RawMode = Literal["off", "s3", "inline"]
+RAW_MODES: tuple[str, ...] = get_args(RawMode)
 PolicyAction = Literal["drop", "reject"]
 POLICY_ACTIONS: tuple[str, ...] = get_args(PolicyAction)
 _MIME_TOKEN = r"[a-z0-9!#$&^_.+-]+"
@@ -79,6 +82,34 @@ def parse_email_list(raw: str) -> frozenset[str]:
     if not emails or bad:
         raise ValueError("a comma-separated list of addresses like inbox@example.com")
     return frozenset(emails)
+
+
+def check_target_patterns(targets: frozenset[str], *, strip_tag: bool, required: bool) -> frozenset[str]:
+    """MAIL_RELAY_TARGET_EMAILS: each a pattern that can match (`mailrelay._routing.parse_pattern`); ConfigError
+    naming the first that cannot, or the missing value when `required` (no routes file)."""
+    if not targets and required:
+        raise ConfigError.invalid(PREFIX + "TARGET_EMAILS", None, REQUIRED)
+    for text in sorted(targets):
+        try:
+            parse_pattern(text, strip_tag=strip_tag)
+        except ValueError as exc:
+            raise ConfigError(f"{PREFIX}TARGET_EMAILS: {exc}") from None
+    return targets
+
+
+def parse_routes_file(raw: str) -> Path:
+    """A readable file (the routes file, the sender policy): checked here, read where it is used."""
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise ValueError("the path of a readable file")
+    return path
+
+
+def parse_sender_policy_text(raw: str) -> str:
+    """The text after `550 5.7.1 ` of a Deny: printable ASCII, one line, at most 200 characters."""
+    if len(raw) > 200 or not all(" " <= c <= "~" for c in raw):
+        raise ValueError("one line of printable ASCII text, at most 200 characters")
+    return raw
 
 
 def is_loopback_host(host: str) -> bool:
@@ -164,6 +195,10 @@ def parse_removed_breaker_threshold(raw: str) -> None:
         "nothing: this variable was removed; the breaker now opens on a failure rate over webhook attempts, "
         "set MAIL_RELAY_CIRCUIT_BREAKER_FAILURE_RATE (0.0-1.0) and MAIL_RELAY_CIRCUIT_BREAKER_MIN_REQUESTS instead"
     )
+
+
+def parse_payload_version(raw: str) -> int:
+    return parse_integer(raw, "1 (the specification's payload) or 2", 1, 2)
 
 
 def parse_retries(raw: str) -> int:

@@ -9,8 +9,13 @@ ALIASES = {"attachment_max_bytes": "max_attachment_size"}
 """A setting read under a second, older name too: listed once, under the new name, with the old one named."""
 
 DESCRIPTIONS = {
-    "target_emails": "comma-separated recipient addresses to accept",
-    "webhook_url": "where payloads are POSTed (https://, or http:// to a loopback host)",
+    "target_emails": "comma-separated recipients to accept: addresses, *@domain, user+*@domain (required without "
+    "ROUTES_FILE)",
+    "webhook_url": "where payloads are POSTed (https://, or http:// to a loopback host; required with TARGET_EMAILS)",
+    "strip_recipient_tag": "true: match recipients without their +tag (user+news@x as user@x)",
+    "routes_file": "TOML file of [[route]]s: patterns -> webhook_url, signing_secret, payload_version",
+    "sender_policy_file": "Cedar policy deciding per message (action Receive); Deny answers 550 5.7.1",
+    "sender_policy_deny_text": "text of the 550 5.7.1 a Deny of the sender policy answers",
     "tls_cert": "PEM certificate chain for STARTTLS (with TLS_KEY; unset: a self-signed one)",
     "tls_key": "PEM private key for STARTTLS (with TLS_CERT)",
     "tls_reload_interval": "seconds between looks at TLS_CERT/TLS_KEY for a renewed pair (SIGHUP: at once)",
@@ -21,6 +26,7 @@ DESCRIPTIONS = {
     "health_port": "health endpoint port",
     "metrics_port": "Prometheus /metrics port (unset: off)",
     "header_prefixes": "comma-separated header-name prefixes copied into the payload's headers",
+    "payload_version": "1 (the specification's payload) or 2 (threading, all recipients, stripped reply, ...)",
     "webhook_signing_secret": "signs each payload (unset: unsigned)",
     "webhook_timeout": "seconds per delivery attempt",
     "webhook_max_retries": "extra attempts after the first (0-20)",
@@ -49,7 +55,9 @@ DESCRIPTIONS = {
     "attachment_denied_extensions": "comma-separated file extensions never delivered",
     "attachment_policy_action": "drop (leave the attachment out) or reject (refuse the message)",
     "attachment_delivery": "inline (base64 in the payload) or s3",
-    "s3_bucket": "bucket for attachments (required with ATTACHMENT_DELIVERY=s3)",
+    "raw": "the original message in the payload: off, s3 (raw_url) or inline (raw_base64)",
+    "raw_inline_max_bytes": "with RAW=inline, larger messages get no raw_base64",
+    "s3_bucket": "bucket for attachments and raw messages (required with ATTACHMENT_DELIVERY=s3 or RAW=s3)",
     "s3_prefix": "key prefix, used literally",
     "s3_endpoint_url": "an S3-compatible server (unset: AWS)",
     "s3_region": "region (unset: the AWS chain's, else us-east-1)",

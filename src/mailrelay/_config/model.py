@@ -3,9 +3,8 @@ and the ways to load it (each error a ConfigError naming the variable). The conv
 
 from __future__ import annotations
 
-import difflib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +27,7 @@ from mailrelay._config.converters import (
     POLICY_ACTIONS,
     PREFIX,
     QUEUE_MODES,
+    RAW_MODES,
     REDACTED,
     REQUIRED,
     SECRETS,
@@ -45,6 +45,8 @@ from mailrelay._config.converters import (
     PositiveInt,
     PositiveSeconds,
     QueueMode,
+    RawMode,
+    check_target_patterns,
     env,
     mask_nats_url,
     parse_boolean,
@@ -60,20 +62,23 @@ from mailrelay._config.converters import (
     parse_log_level,
     parse_nats_urls,
     parse_non_negative_int,
+    parse_payload_version,
     parse_prefix_list,
     parse_presign_secs,
     parse_queue_attempts,
     parse_region,
     parse_removed_breaker_threshold,
     parse_retries,
+    parse_routes_file,
     parse_secret,
+    parse_sender_policy_text,
     parse_stream_name,
     parse_tcp_port,
     parse_webhook_url,
     read_variable,
     variable_name,
 )
-from mailrelay._config.descriptions import ALIASES, DESCRIPTIONS
+from mailrelay.smtp._replies import DEFAULT_SENDER_POLICY_TEXT
 
 ENV_FILE = ".env"
 DEFAULT_PORT = 2525
@@ -101,6 +106,7 @@ DEFAULT_QUEUE_WORKERS = 16
 DEFAULT_QUEUE_MAX_ATTEMPTS = 25
 DEFAULT_QUEUE_MAX_AGE_SECS = 86_400.0  # a day; the sending server's own queue would have kept it ~5 days
 DEFAULT_QUEUE_ACK_WAIT_SECS = 60.0
+DEFAULT_RAW_INLINE_MAX_BYTES = 524_288  # 683 KiB of base64: the payload still fits NATS' default 1 MB message
 
 
 class Settings(BaseSettings):
@@ -127,8 +133,11 @@ class Settings(BaseSettings):
     tls_key: PemPath = Field(default=None, validate_default=True)
     tls_reload_interval: PositiveSeconds = DEFAULT_TLS_RELOAD_INTERVAL_SECS
     webhook_allow_insecure: Annotated[bool, env(parse_boolean)] = False
-    target_emails: Annotated[frozenset[str], env(parse_email_list, required=True)]
-    webhook_url: str
+    # Recipient routing (docs/mailrelay.md "Recipient routing"): the routes file, then the default route's pair.
+    strip_recipient_tag: Annotated[bool, env(parse_boolean)] = False
+    routes_file: Annotated[Path | None, env(parse_routes_file)] = None
+    target_emails: Annotated[frozenset[str], env(parse_email_list)] = Field(default=frozenset(), validate_default=True)
+    webhook_url: str | None = Field(default=None, validate_default=True)
     bind_address: BindAddress = "0.0.0.0"
     port: Port = DEFAULT_PORT
     health_bind_address: BindAddress = "0.0.0.0"
@@ -139,6 +148,8 @@ class Settings(BaseSettings):
     header_prefixes: Annotated[tuple[str, ...], env(parse_prefix_list)] = Field(
         default=(), validation_alias=PREFIX + "HEADER_PREFIX"
     )
+    # 1: the specification's payload, byte for byte; 2: its fields and more (docs/mailrelay.md "Payload v2")
+    payload_version: Annotated[int, env(parse_payload_version)] = 1
     webhook_signing_secret: Annotated[str | None, env(parse_secret, secret=True)] = Field(default=None, repr=False)
     webhook_timeout: PositiveSeconds = DEFAULT_WEBHOOK_TIMEOUT_SECS
     webhook_max_retries: Annotated[int, env(parse_retries)] = DEFAULT_WEBHOOK_MAX_RETRIES
@@ -177,6 +188,9 @@ class Settings(BaseSettings):
     attachment_delivery: Annotated[AttachmentDelivery, env(lambda raw: parse_choice(raw, ATTACHMENT_DELIVERIES))] = (
         "inline"
     )
+    # The original message (docs/mailrelay.md "Raw message"): off, an .eml object in S3, or base64 in the payload.
+    raw: Annotated[RawMode, env(lambda raw: parse_choice(raw, RAW_MODES))] = "off"
+    raw_inline_max_bytes: PositiveInt = DEFAULT_RAW_INLINE_MAX_BYTES
     s3_bucket: Annotated[str | None, env(parse_bucket)] = Field(default=None, validate_default=True)
     s3_prefix: Annotated[
         str, BeforeValidator(lambda raw: read_variable(raw, parse_key_prefix) if raw != "" else raw)
@@ -194,6 +208,9 @@ class Settings(BaseSettings):
     queue_max_attempts: Annotated[int, env(parse_queue_attempts)] = DEFAULT_QUEUE_MAX_ATTEMPTS
     queue_max_age: PositiveSeconds = DEFAULT_QUEUE_MAX_AGE_SECS
     queue_ack_wait: PositiveSeconds = Field(default=DEFAULT_QUEUE_ACK_WAIT_SECS, validate_default=True)
+    # Sender rules (docs/mailrelay.md "Sender rules"): a Cedar policy per message; its Deny answers 550 5.7.1.
+    sender_policy_file: Annotated[Path | None, env(parse_routes_file)] = None
+    sender_policy_deny_text: Annotated[str, env(parse_sender_policy_text)] = DEFAULT_SENDER_POLICY_TEXT
 
     @field_validator("tls_key")
     @classmethod
@@ -219,19 +236,43 @@ class Settings(BaseSettings):
                 )
         return port
 
+    @field_validator("target_emails", mode="before")
+    @classmethod
+    def _blank_targets(cls, raw: object, info: ValidationInfo) -> object:
+        """A blank value is missing, and shown as given, when there is no routes file to take its place."""
+        if isinstance(raw, str) and not raw.strip() and info.data.get("routes_file") is None:
+            raise ValueError(REQUIRED)
+        return raw
+
+    @field_validator("target_emails")
+    @classmethod
+    def _check_targets(cls, targets: frozenset[str], info: ValidationInfo) -> frozenset[str]:
+        """Each a pattern that can match (exact, *@domain, user+*@domain); required without a routes file."""
+        strip_tag = bool(info.data.get("strip_recipient_tag", False))
+        return check_target_patterns(targets, strip_tag=strip_tag, required=info.data.get("routes_file") is None)
+
     @field_validator("webhook_url", mode="before")
     @classmethod
     def _check_webhook_url(cls, raw: object, info: ValidationInfo) -> object:
+        """Required with MAIL_RELAY_TARGET_EMAILS (the default route), which is required without a routes file."""
         allow_insecure = bool(info.data.get("webhook_allow_insecure", False))
-        return read_variable(raw, lambda value: parse_webhook_url(value, allow_insecure=allow_insecure), required=True)
+        required = bool(info.data.get("target_emails")) or info.data.get("routes_file") is None
+        if raw is None:
+            if required:
+                raise ConfigError.invalid(PREFIX + "WEBHOOK_URL", None, REQUIRED)
+            return None
+        return read_variable(
+            raw, lambda value: parse_webhook_url(value, allow_insecure=allow_insecure), required=required
+        )
 
     @field_validator("s3_bucket")
     @classmethod
     def _check_bucket_for_s3(cls, bucket: str | None, info: ValidationInfo) -> str | None:
-        if bucket is None and info.data.get("attachment_delivery") == "s3":
-            raise ConfigError.invalid(
-                PREFIX + "S3_BUCKET", None, "an S3 bucket name (required with MAIL_RELAY_ATTACHMENT_DELIVERY=s3)"
-            )
+        for variable in ("attachment_delivery", "raw"):
+            if bucket is None and info.data.get(variable) == "s3":
+                raise ConfigError.invalid(
+                    PREFIX + "S3_BUCKET", None, f"an S3 bucket name (required with {PREFIX}{variable.upper()}=s3)"
+                )
         return bucket
 
     @field_validator("nats_url")
@@ -291,6 +332,8 @@ class _GivenSettings(Settings):
         return (init_settings,)
 
 
+REQUIRED_WITHOUT_ROUTES_FILE = ("target_emails", "webhook_url")
+"""Required unless MAIL_RELAY_ROUTES_FILE is set (`mailrelay --help` lists them as required)."""
 VARIABLES = frozenset(str(field.validation_alias) for field in Settings.model_fields.values())
 """Every MAIL_RELAY_* name a setting reads."""
 REMOVED_VARIABLES = frozenset({PREFIX + "CIRCUIT_BREAKER_THRESHOLD"})
@@ -333,61 +376,6 @@ def read_environment(cwd: Path | None = None, environ: Mapping[str, str] | None 
         merged.update({k: v for k, v in dotenv_values(env_file, encoding="utf-8").items() if v is not None})
     merged.update(os.environ if environ is None else environ)
     return merged
-
-
-def unknown_variables(environ: Mapping[str, str]) -> list[str]:
-    """MAIL_RELAY_* names that no setting reads (most likely typos), sorted."""
-    return sorted(name for name in environ if name.startswith(PREFIX) and name not in VARIABLES)
-
-
-def refuse_unknown_variables(names: Sequence[str]) -> None:
-    """Raise ConfigError for the first of ``names`` (unknown MAIL_RELAY_* variables), with the known name closest
-    to it and the way to start anyway. A misspelled variable is a setting silently left at its default: the
-    relay would start and do something else than the operator asked for."""
-    if not names:
-        return
-    name = names[0]
-    # compared without the shared prefix, which would make every name look close to every other
-    known = sorted(variable.removeprefix(PREFIX) for variable in VARIABLES - REMOVED_VARIABLES)
-    close = difflib.get_close_matches(name.removeprefix(PREFIX), known, n=1, cutoff=0.7)
-    hint = f" (did you mean {PREFIX}{close[0]}?)" if close else ""
-    more = f" ({len(names) - 1} more unknown)" if len(names) > 1 else ""
-    raise ConfigError(
-        f"{name}: not a MailRelay variable{hint}{more}; fix the name, or set {PREFIX}IGNORE_UNKNOWN_VARIABLES=true "
-        "to start anyway"
-    )
-
-
-def variable_defaults() -> list[tuple[str, str, str]]:
-    """``(variable, default as text, one-line description)`` for every setting (``mailrelay --help``): the required
-    ones first, then in the order they are checked; a setting with an old name too is listed once, under its new
-    name (:data:`~mailrelay._config.descriptions.ALIASES`)."""
-    old_names = set(ALIASES.values())
-    required: list[tuple[str, str, str]] = []
-    optional: list[tuple[str, str, str]] = []
-    for field_name, field in Settings.model_fields.items():
-        name = str(field.validation_alias)
-        if name in REMOVED_VARIABLES or field_name in old_names:
-            continue
-        default = field.default
-        if field.is_required():
-            shown = "required"
-        elif default is None:
-            shown = "unset"
-        elif isinstance(default, bool):
-            shown = str(default).lower()
-        elif isinstance(default, (str, tuple, frozenset)) and not default:
-            shown = "empty"
-        elif isinstance(default, (tuple, frozenset)):
-            shown = ",".join(sorted(str(item) for item in default))
-        else:
-            shown = str(default)
-        description = DESCRIPTIONS.get(field_name, "")
-        if field_name in ALIASES:
-            old = Settings.model_fields[ALIASES[field_name]].validation_alias
-            description += f" (old name {old}, either works)"
-        (required if field.is_required() else optional).append((name, shown, description))
-    return [*required, *optional]
 
 
 def shown_value(raw: str) -> str:

@@ -142,18 +142,22 @@ class RelaySMTP(SmtpTransport):
         self._last_activity = self.loop.time()
 
     def on_idle_timeout(self) -> None:
+        """The timer set when the connection was made (or re-armed here) fired: time out if nothing came for
+        `idle_timeout` (a command, or a line of DATA), else wait for the rest. Commands only note their time
+        (`_touch`): re-arming a loop timer on each one cost a cancel and a new timer per command."""
         if self._delivering:  # the client is waiting for us, not idle
             self.restart_idle_timer()
             return
         remaining = self._last_activity + self.idle_timeout - self.loop.time()
-        if self.relay_session.state is SmtpState.DATA and remaining > 0:
+        if remaining > 0:
             self.restart_idle_timer(remaining)
             return
         log.info("smtp_idle_timeout", peer=self.relay_session.peer_ip)
         self.close_with(r.IDLE_TIMEOUT)
 
     async def _push(self, reply: Reply) -> None:
-        await self.push(str(reply))
+        self.writer.write(reply.line())  # what aiosmtpd's push(str(reply)) writes, without its debug log call
+        await self.writer.drain()
 
     async def _push_lines(self, lines: list[str]) -> None:
         self.writer.write("".join(f"{line}\r\n" for line in lines).encode("utf-8"))
@@ -235,7 +239,7 @@ class RelaySMTP(SmtpTransport):
             return
         arg_bytes = arg_bytes.strip()
         arg = arg_bytes.decode("utf-8", "surrogateescape") if arg_bytes else None
-        self.restart_idle_timer()
+        self._touch()
         allowed = ALLOWED_STATES.get(verb)
         if verb != "STARTTLS" and allowed is not None and self.relay_session.state not in allowed:
             await self._push(r.BAD_SEQUENCE)
@@ -344,9 +348,17 @@ class RelaySMTP(SmtpTransport):
         if rest and rest.strip():
             await self._push(r.PARAMETERS_NOT_IMPLEMENTED if session.extended else r.RCPT_TO_SYNTAX)
             return
-        if address.lower() in self.options.targets:
-            if address.lower() not in (a.lower() for a in session.envelope.recipients):
-                session.envelope.recipients.append(address)
+        assert self.options.router is not None  # set by SmtpOptions.__post_init__
+        route = self.options.router.route_for(address)
+        if route is not None:
+            envelope = session.envelope
+            if envelope.route is not None and route is not envelope.route:
+                # one webhook per transaction: the client sends this recipient again in a new one (RFC 5321 4.5.3.1.10)
+                await self._answer_recipient(r.OTHER_ROUTE)
+                return
+            envelope.route = route
+            if address.lower() not in (a.lower() for a in envelope.recipients):
+                envelope.recipients.append(address)
             session.apply(Event.RECIPIENT_ACCEPTED)
             await self._answer_recipient(r.OK)
             return
@@ -358,6 +370,7 @@ class RelaySMTP(SmtpTransport):
             self.close_with(r.TOO_MANY_UNKNOWN_RCPTS)
             return
         session.envelope.recipients.clear()
+        session.envelope.route = None
         session.apply(Event.RECIPIENT_UNKNOWN)
         await self._answer_recipient(r.NO_SUCH_USER)
 
@@ -396,7 +409,7 @@ class RelaySMTP(SmtpTransport):
     async def _deliver(self, envelope: Envelope) -> Reply:
         self._delivering = True
         # Shielded: a client that hangs up after the final dot does not cut a POST in half.
-        task = asyncio.ensure_future(self._handle_envelope(envelope))
+        task = self.loop.create_task(self._handle_envelope(envelope))  # ensure_future would call getpid()
         self.hub.track(task)
         try:
             return await asyncio.shield(task)

@@ -35,6 +35,7 @@ STARTTLS_ALREADY_ACTIVE = Reply(code=503, text="STARTTLS already active")
 MAIL_FROM_SYNTAX = Reply(code=501, text="Syntax error in MAIL FROM parameters")
 OK = Reply(code=250, text="OK")
 NO_SUCH_USER = Reply(code=550, text="No such user here")
+OTHER_ROUTE = Reply(code=452, text="4.5.3 Recipient of another route: send it in a separate transaction")
 START_MAIL_INPUT = Reply(code=354, text="Start mail input; end with <CRLF>.<CRLF>")
 MESSAGE_ACCEPTED = Reply(code=250, text="OK: Message accepted for delivery")
 BYE = Reply(code=221, text="Bye")
@@ -67,6 +68,7 @@ ATTACHMENT_POLICY_REPLIES = {
 }
 """The reply for each attachment-policy rule when the policy's action is reject (keys: AttachmentRejected.rule)."""
 ATTACHMENT_STORE_FAILED = Reply(code=451, text="4.3.0 Attachment storage unavailable, try again later")
+RAW_STORE_FAILED = Reply(code=451, text="4.3.0 Message storage unavailable, try again later")
 DMARC_NO_AUTHOR = Reply(code=550, text="5.7.1 Message rejected: DMARC needs exactly one From address")
 DMARC_TEMPERROR = Reply(code=451, text="4.7.0 DMARC check failed temporarily (DNS), try again later")
 QUEUE_UNAVAILABLE = Reply(code=451, text="4.3.0 Queue temporarily unavailable, try again later")
@@ -96,6 +98,14 @@ def permanent_failure(reason: str) -> Reply:
 def dmarc_rejected(domain: str) -> Reply:
     """550 5.7.1: the From domain publishes p=reject and the message did not authenticate (`domain` is ASCII)."""
     return Reply(code=550, text=f"5.7.1 Message rejected: unauthenticated mail from {domain} (DMARC policy)")
+
+
+DEFAULT_SENDER_POLICY_TEXT = "Message refused by the recipient's sender policy"  # MAIL_RELAY_SENDER_POLICY_DENY_TEXT
+
+
+def sender_policy_denied(text: str) -> Reply:
+    """550 5.7.1: the sender policy (MAIL_RELAY_SENDER_POLICY_FILE) denied the message; `text` is configured."""
+    return Reply(code=550, text=f"5.7.1 {text}")
 
 
 def ehlo_lines(*, domain: str, size_limit: int, offer_starttls: bool) -> list[str]:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mailrelay._routing import DEFAULT_ROUTE, Route, Router, parse_pattern
 from mailrelay.smtp._replies import Reply
 
 
@@ -70,6 +71,8 @@ class Envelope:
     mail_from: str | None = None
     mail_options: list[str] = field(default_factory=list)
     recipients: list[str] = field(default_factory=list)
+    route: Route | None = None
+    """The route of the accepted recipients (one per transaction: RCPTs of another route get 452)."""
     smtp_utf8: bool = False
     content: bytes | None = None
 
@@ -99,14 +102,25 @@ class Session:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SmtpOptions:
-    """Limits and targets every connection of one listener shares."""
+    """Limits and targets every connection of one listener shares.
 
-    targets: frozenset[str]
+    `router` says which route each recipient takes (None: not accepted); without one, `targets` (exact addresses
+    and patterns) make a single route.
+    """
+
     max_message_size: int
+    targets: frozenset[str] = frozenset()
+    router: Router | None = None
     idle_timeout: float = 300.0
     max_concurrent_per_ip: int = 10
     max_sessions: int = 100
     max_unknown_recipients: int = 3
+
+    def __post_init__(self) -> None:
+        if self.router is None:
+            patterns = tuple(parse_pattern(target) for target in sorted(self.targets))
+            route = Route(name=DEFAULT_ROUTE, patterns=patterns, webhook_url="")
+            object.__setattr__(self, "router", Router([route]))  # frozen: set once while it is made
 
 
 class EnvelopeHandler(Protocol):

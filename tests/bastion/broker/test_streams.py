@@ -42,6 +42,30 @@ async def test_a_declared_stream_is_created_with_its_limits(nats_server: NatsSer
     assert [entry["stream"] for entry in logs if entry["event"] == "broker_stream_created"] == [uid]
 
 
+async def test_num_replicas_is_declared_on_the_stream(nats_server: NatsServer, nc: Client, uid: str) -> None:
+    service = worker()
+    service.stream(uid, subjects=[f"{uid}.a"], num_replicas=1)
+    async with running(service.build(broker_settings(nats_server.url, **EAGER))):
+        pass
+    assert (await nc.jetstream().stream_info(uid)).config.num_replicas == 1
+
+
+async def test_more_replicas_than_the_server_has_refuse_to_start(nats_server: NatsServer, uid: str) -> None:
+    service = worker()
+    service.stream(uid, subjects=[f"{uid}.a"], num_replicas=3)
+    with pytest.raises(AssertionError) as failed:
+        async with running(service.build(broker_settings(nats_server.url, **EAGER))):
+            pass
+    assert str(failed.value) == (
+        f"ConfigError: broker stream '{uid}' cannot be created: replicas > 1 not supported in non-clustered mode"
+    )
+
+
+def test_num_replicas_outside_1_to_5_is_refused_at_declaration() -> None:
+    with pytest.raises(ConfigError, match="stream 'orders': num_replicas must be 1 to 5, got 0"):
+        worker().stream("orders", subjects=["orders.>"], num_replicas=0)
+
+
 async def test_starting_again_changes_nothing(nats_server: NatsServer, nc: Client, uid: str) -> None:
     service = worker()
     service.stream(uid, subjects=[f"{uid}.a"], max_messages=10)
@@ -153,6 +177,8 @@ retention = "WorkQueue"
         ('subjects = ["a"]\nmax_messages = -5\n', "greater than or equal to -1"),
         ('subjects = ["a"]\nmax_age = "soon"\n', "max_age"),
         ('subjects = ["a"]\nmaxmessages = 5\n', "maxmessages"),
+        ('subjects = ["a"]\nnum_replicas = 0\n', "greater than or equal to 1"),
+        ('subjects = ["a"]\nnum_replicas = 7\n', "less than or equal to 5"),
     ],
 )
 def test_malformed_stream_tables_refuse_to_load(tmp_path: Path, table: str, message: str) -> None:

@@ -305,8 +305,11 @@ def test_route_rule_presets(settings: RouteRuleSettings, limit: int, period: flo
     assert (rule.quota.limit, rule.quota.period_secs, rule.quota.burst) == (limit, period, limit)
 
 
-def test_route_rule_needs_exactly_one_rate() -> None:
-    with pytest.raises(ValueError, match="exactly one"):
-        RouteRuleSettings(requests_per_second=1, requests_per_minute=60)
-    with pytest.raises(ValueError, match="exactly one"):
+def test_route_rule_needs_a_rate() -> None:
+    with pytest.raises(ValueError, match="at least one of requests_per_second"):
         RouteRuleSettings(burst_size=3)
+
+
+def test_route_rule_with_two_rates_has_two_windows_shortest_first() -> None:
+    rule = RouteRules.from_settings({"/x": RouteRuleSettings(requests_per_day=1000, requests_per_second=2)}).rules[0]
+    assert [(q.limit, q.period_secs) for q in (rule.quota, *rule.more)] == [(2, 1.0), (1000, 86_400.0)]

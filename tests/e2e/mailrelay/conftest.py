@@ -3,16 +3,18 @@ free ports, and a real webhook receiver (an HTTP server in this process) that re
 
 from __future__ import annotations
 
+import json
 import ssl
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from mailrelay._tls import generate_self_signed
-from mailrelay.testing import WebhookReceiver, free_port
+from mailrelay.testing import WebhookReceiver, free_port, payload_schema
 from tests.e2e.mailrelay.support import (
     MAX_ATTACHMENT_SIZE,
     MAX_MESSAGE_SIZE,
@@ -93,6 +95,7 @@ def own_webhook() -> Iterator[WebhookReceiver]:
     """A receiver of the test's own: relays of other tests never post to it."""
     with WebhookReceiver() as running:
         yield running
+        check_payloads(running)
 
 
 @pytest.fixture
@@ -136,10 +139,22 @@ def receiver() -> Iterator[WebhookReceiver]:
 
 
 @pytest.fixture
-def webhook(receiver: WebhookReceiver) -> WebhookReceiver:
-    """The shared receiver, emptied and answering 200 for this test."""
+def webhook(receiver: WebhookReceiver) -> Iterator[WebhookReceiver]:
+    """The shared receiver, emptied and answering 200 for this test; what it got is checked against the payload
+    schemas afterwards."""
     receiver.reset()
-    return receiver
+    yield receiver
+    check_payloads(receiver)
+
+
+SCHEMAS = {version: jsonschema.Draft202012Validator(payload_schema(version)) for version in (1, 2)}
+
+
+def check_payloads(receiver: WebhookReceiver) -> None:
+    """Every payload a relay posted during the test is valid against the JSON Schema of its version."""
+    for request in list(receiver.requests):
+        payload = json.loads(request.body)
+        SCHEMAS[payload.get("payload_version", 1)].validate(payload)
 
 
 @pytest.fixture(scope="session")

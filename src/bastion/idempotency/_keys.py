@@ -1,0 +1,127 @@
+"""Idempotency keys, request fingerprints, stored records and the routes that take a key: pure logic, no I/O.
+
+draft-ietf-httpapi-idempotency-key-header: the key is a Structured Field String (``Idempotency-Key: "abc"``); a
+bare token (``Idempotency-Key: abc``, as many clients send it) is read the same. It is 1 to ``max_key_length``
+printable ASCII characters (0x20-0x7E), else IdempotencyKeyInvalid (400).
+
+A record lives in the cache store under ``idempotency:<sha256 of caller and key>``: the caller (``user:<sub>`` or
+``client:<client_id>``) is part of the hash, so one caller's key never finds another caller's response, whatever
+the clocks of the instances say. The record is ``R<fingerprint>`` while the first request runs and
+``D<fingerprint><status and headers as in an HTTP head>\\r\\n\\r\\n<body>`` once its response is stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from bastion.errors import IdempotencyKeyInvalid
+from bastion.ratelimit._rules import ANY_SEGMENTS, ONE_SEGMENT, check_patterns, parse_pattern, path_segments
+
+KEY_PREFIX = "idempotency:"
+RUNNING = b"R"
+DONE = b"D"
+FINGERPRINT_LENGTH = 64
+MATCH_CACHE_SIZE = 4096
+_PRINTABLE = re.compile(rb"[\x20-\x7e]+")
+
+
+def parse_key(raw: bytes, *, max_length: int) -> str:
+    """The key of an ``Idempotency-Key`` header value; IdempotencyKeyInvalid when it is empty, longer than
+    ``max_length`` or not printable ASCII."""
+    text = raw.strip()
+    if len(text) >= 2 and text[:1] == b'"' and text[-1:] == b'"':
+        text = text[1:-1]
+        if b'"' in text or b"\\" in text:
+            raise IdempotencyKeyInvalid()
+    if not text or len(text) > max_length or _PRINTABLE.fullmatch(text) is None:
+        raise IdempotencyKeyInvalid(f"Idempotency-Key must be 1 to {max_length} printable ASCII characters")
+    return text.decode("ascii")
+
+
+def record_key(caller: str, key: str) -> str:
+    """The cache-store key of ``caller``'s ``key`` (the two hashed together, so neither can collide)."""
+    digest = hashlib.sha256(f"{len(caller)}:{caller}:{key}".encode()).hexdigest()
+    return KEY_PREFIX + digest
+
+
+def fingerprint(method: str, path: str, query: bytes, body: bytes) -> bytes:
+    """The request's fingerprint: SHA-256 (hex) of its method, canonical path, query string and body, joined by
+    newlines (none of the first three can hold one: the path normalization refuses control characters)."""
+    parts = (method.encode(), path.encode("utf-8", "surrogateescape"), query, body)
+    return hashlib.sha256(b"\n".join(parts)).hexdigest().encode()
+
+
+class Stored(NamedTuple):
+    """A record read back: its fingerprint and, once the first request finished, its response."""
+
+    fingerprint: bytes
+    status: int | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    body: bytes = b""
+
+    @property
+    def running(self) -> bool:
+        return self.status is None
+
+
+def running_record(print_: bytes) -> bytes:
+    return RUNNING + print_
+
+
+def done_record(print_: bytes, status: int, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> bytes:
+    """``D<fingerprint><status>\\r\\n<name>: <value>\\r\\n...\\r\\n\\r\\n<body>``: the shape of an HTTP response head
+    (a header name or value never holds CR or LF), written and read without a JSON round."""
+    head = b"\r\n".join([b"%d" % status, *(name + b": " + value for name, value in headers)])
+    return b"".join((DONE, print_, head, b"\r\n\r\n", body))
+
+
+def read_record(raw: bytes) -> Stored | None:
+    """A record as stored by :func:`running_record` or :func:`done_record`; ``None`` for anything else."""
+    kind, print_ = raw[:1], raw[1 : 1 + FINGERPRINT_LENGTH]
+    if kind == RUNNING and len(raw) == 1 + FINGERPRINT_LENGTH:
+        return Stored(print_)
+    if kind != DONE:
+        return None
+    head, blank, body = raw[1 + FINGERPRINT_LENGTH :].partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    if not blank or not status.isdigit() or any(b": " not in line for line in lines):
+        return None
+    headers = tuple((name, value) for name, _, value in (line.partition(b": ") for line in lines))
+    return Stored(print_, int(status), headers, body)
+
+
+class IdempotentRoutes:
+    """The route patterns that take an ``Idempotency-Key`` (``[idempotency] routes`` and the routes registered
+    with ``idempotency=True``), in the syntax of ``[rate_limit.routes]``; ConfigError for a bad one."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        patterns = list(dict.fromkeys(patterns))
+        check_patterns(patterns)
+        self.patterns = tuple(parse_pattern(pattern) for pattern in patterns)
+        self.match = functools.lru_cache(maxsize=MATCH_CACHE_SIZE)(self._match)
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+    def _match(self, method: str, path: str) -> bool:
+        segments = path_segments(path)
+        return any(
+            (wanted is None or wanted == method) and _segments_match(pattern, segments)
+            for wanted, pattern in self.patterns
+        )
+
+
+def _segments_match(pattern: tuple[str, ...], segments: tuple[str, ...]) -> bool:
+    if ANY_SEGMENTS in pattern:
+        at = pattern.index(ANY_SEGMENTS)
+        head, tail = pattern[:at], pattern[at + 1 :]
+        if len(segments) < len(head) + len(tail):
+            return False
+        return _segments_match(head, segments[: len(head)]) and _segments_match(
+            tail, segments[len(segments) - len(tail) :] if tail else ()
+        )
+    return len(pattern) == len(segments) and all(p in (ONE_SEGMENT, s) for p, s in zip(pattern, segments, strict=True))

@@ -1,0 +1,227 @@
+"""The idempotency step: a repeated ``Idempotency-Key`` replays the stored response instead of running the handler.
+
+draft-ietf-httpapi-idempotency-key-header. It sits after token auth, rate limiting and policy (a replay is still
+authenticated, charged and authorized) and before resilience and the handler. On a route that takes a key:
+
+- no key: 400 ``IDEMPOTENCY_KEY_MISSING`` when ``[idempotency] required`` (default), else the request runs as usual;
+  a key that is empty, too long or not printable: 400 ``IDEMPOTENCY_KEY_INVALID``;
+- a caller without ``sub`` or ``client_id`` (no token): the request runs as usual, nothing is stored (an IP address
+  is no identity to replay a response to);
+- the first request with a key claims it in the cache store (atomically: one ``SET NX GET`` on Redis/Valkey) and
+  runs; a response below 500 whose body came in one piece of at most ``max_response_bytes`` is stored for
+  ``ttl_secs`` (status, the handler's headers, body) before its last byte is sent. Anything else (a 5xx, an error
+  raised by the handler, a streaming or oversized body) is not stored, the claim is released, and a retry runs;
+- a repeat with the same fingerprint (method, path, query, body) replays the stored response with
+  ``Idempotent-Replayed: true``; a different fingerprint: 422 ``IDEMPOTENCY_KEY_REUSED``; while the first still runs:
+  409 ``IDEMPOTENCY_CONFLICT``;
+- the cache store down: ``on_store_error = "fail_closed"`` (default) answers 503 ``IDEMPOTENCY_UNAVAILABLE`` without
+  running the handler; ``"fail_open"`` runs it without idempotency.
+
+The request body is read whole (bounded by ``middleware.max_body_bytes``, enforced further out) and handed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import structlog
+
+from bastion._cache_store import CacheStore
+from bastion._metrics import NO_METRICS, Metrics
+from bastion.config import IdempotencySettings
+from bastion.errors import (
+    CacheStoreError,
+    IdempotencyConflict,
+    IdempotencyKeyMissing,
+    IdempotencyKeyReused,
+    IdempotencyUnavailable,
+)
+from bastion.idempotency._keys import (
+    IdempotentRoutes,
+    Stored,
+    done_record,
+    fingerprint,
+    parse_key,
+    read_record,
+    record_key,
+    running_record,
+)
+from bastion.types import SCOPE_CLAIMS, ASGIApp, Message, Receive, Scope, Send
+
+log = structlog.get_logger("bastion.idempotency")
+
+HEADER = b"idempotency-key"
+REPLAYED = (b"idempotent-replayed", b"true")
+_CLAIM_ATTEMPTS = 2  # a record that expires between the failed claim and the read is claimed again once
+
+
+class IdempotencyMiddleware:
+    """Replay stored responses for repeated ``Idempotency-Key`` s on ``routes`` (see the module docstring).
+
+    Reads scope[SCOPE_CLAIMS] (the caller), so it sits inside token auth and policy. Raises the 400, 409, 422 and
+    503 errors above; records ``bastion_idempotency_requests{outcome}``.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        settings: IdempotencySettings,
+        routes: IdempotentRoutes,
+        store: CacheStore,
+        metrics: Metrics = NO_METRICS,
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.routes = routes
+        self.store = store
+        self.metrics = metrics
+        self._releasing: set[asyncio.Task[None]] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.routes.match(scope["method"], scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        raw = next((value for name, value in scope["headers"] if name == HEADER), None)
+        caller = _caller(scope)
+        if raw is None or caller is None:
+            if raw is None and self.settings.required:
+                raise IdempotencyKeyMissing()
+            await self.app(scope, receive, send)
+            return
+        key = record_key(caller, parse_key(raw, max_length=self.settings.max_key_length))
+        body = await _read_body(receive)
+        print_ = fingerprint(scope["method"], scope["path"], scope.get("query_string", b""), body)
+        replay_body = _replaying(body, receive)
+        try:
+            stored = await self._claim(key, print_)
+        except CacheStoreError:
+            self.metrics.idempotency("store_error")
+            if self.settings.on_store_error == "fail_closed":
+                raise IdempotencyUnavailable() from None
+            await self.app(scope, replay_body, send)
+            return
+        if stored is None:
+            await self._first(key, print_, scope, replay_body, send)
+        elif stored.fingerprint != print_:
+            self.metrics.idempotency("mismatch")
+            raise IdempotencyKeyReused()
+        elif stored.running:
+            self.metrics.idempotency("conflict")
+            raise IdempotencyConflict()
+        else:
+            self.metrics.idempotency("replayed")
+            await _replay(stored, send)
+
+    async def _claim(self, key: str, print_: bytes) -> Stored | None:
+        """``None`` when this request now holds the key; else the record found (CacheStoreError propagates)."""
+        for _ in range(_CLAIM_ATTEMPTS):
+            raw = await self.store.claim(key, running_record(print_), ttl_secs=self.settings.in_flight_secs)
+            if raw is None:
+                return None
+            found = read_record(raw)
+            if found is not None:
+                return found
+            await self.store.delete(key)  # an unreadable record: the key is free again
+        raise IdempotencyConflict()
+
+    async def _first(self, key: str, print_: bytes, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the handler; store its response if it qualifies, else release the key."""
+        cap = self.settings.max_response_bytes
+        stored = False
+        start: Message | None = None
+        chunks: list[bytes] = []
+        size = 0
+        storable = True
+
+        async def recording(message: Message) -> None:
+            nonlocal start, size, storable, stored
+            kind = message["type"]
+            if kind == "http.response.start":
+                start = message
+                storable = message["status"] < 500
+            elif kind == "http.response.body" and storable:
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if message.get("more_body", False) or size > cap:
+                    storable = False  # streaming or over the cap: not stored
+                else:
+                    chunks.append(chunk)
+                    assert start is not None
+                    stored = await self._store(key, print_, start, b"".join(chunks))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording)
+        except BaseException:
+            self._release(key)
+            raise
+        if not stored:
+            self.metrics.idempotency("not_stored")
+            self._release(key)
+
+    async def _store(self, key: str, print_: bytes, start: Message, body: bytes) -> bool:
+        record = done_record(print_, start["status"], start.get("headers", ()), body)
+        try:
+            await self.store.set(key, record, ttl_secs=self.settings.ttl_secs)
+        except CacheStoreError:
+            # The response still goes out; the claim expires after in_flight_secs (409 until then).
+            self.metrics.idempotency("store_error")
+            return True
+        self.metrics.idempotency("stored")
+        return True
+
+    def _release(self, key: str) -> None:
+        """Free the key for a retry, in the background (the request may be being cancelled)."""
+
+        async def release() -> None:
+            with contextlib.suppress(CacheStoreError):  # else the claim expires after in_flight_secs
+                await self.store.delete(key)
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+
+def _caller(scope: Scope) -> str | None:
+    claims = scope.get(SCOPE_CLAIMS)
+    if claims is None:
+        return None
+    sub = getattr(claims, "sub", None)
+    if sub:
+        return f"user:{sub}"
+    client_id = getattr(claims, "client_id", None)
+    return f"client:{client_id}" if client_id else None
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the body read here to the handler, then waits on the client as usual."""
+    given = False
+
+    async def again() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
+
+
+async def _replay(stored: Stored, send: Send) -> None:
+    assert stored.status is not None
+    await send({"type": "http.response.start", "status": stored.status, "headers": [*stored.headers, REPLAYED]})
+    await send({"type": "http.response.body", "body": stored.body, "more_body": False})

@@ -1,0 +1,180 @@
+"""Reply stripping for payload v2: the sender's reply without the quoted history and without the signature.
+
+Pure and linear in the size of the text: every line is looked at a bounded number of times and only its first
+MARKER_SCAN_CHARS characters are matched against the markers, so a megabyte without a line break or thousands of
+nested `>` cost what reading them costs.
+
+The history starts at the first quote header (`On ... wrote:` and its translations, Outlook's `-----Original
+Message-----` or `From:`/`Sent:` block, a forwarded-message line); without one, `>`-quoted lines are dropped
+wherever they are (inline replies keep the sender's answers). The signature is what follows the last RFC 3676
+`-- ` line of the reply, or failing that a mobile client footer (`Sent from my iPhone`, ...) near its end.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MARKER_SCAN_CHARS = 300  # characters of a line matched against the markers (quote headers are shorter)
+HEADER_JOIN_LINES = 3  # a client may wrap its `On ... wrote:` line: up to this many lines are read as one
+OUTLOOK_BLOCK_LINES = 5  # Outlook's From:/Sent:/To:/Subject: block: `Sent:` (or `Date:`) within this many lines
+MAX_CANDIDATES = 1000  # lines that look like a quote header's part checked in full; past it the rest is the reply
+FOOTER_SEARCH_LINES = 4  # a mobile footer counts as the signature among the last this many non-blank lines
+# RFC 3676 4.3's "-- " (many clients drop the trailing space; html2text writes it as "\--")
+SIGNATURE_DELIMITERS = frozenset({"--", "\\--"})
+
+_VERBS = r"(?:wrote|schrieb|a\ écrit|escribió|schreef|ha\ scritto|escreveu|skrev|napisał|napsal)"
+_WROTE = re.compile(  # the verb may be followed by the name (German, Dutch); Yahoo puts the quote on the same line
+    rf"""^\s*(?:On|Am|Le|El|Op|Il|Em|Den|W\ dniu|Dne)\b.{{0,260}}?\b{_VERBS}\b[^:]{{0,150}}:(?:\s*$|\s{{2,}})""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_WROTE_LOOSE = re.compile(  # "John Smith wrote:" alone: a header only when quoted lines follow
+    rf"^.{{0,200}}?\b{_VERBS}\b[^:]{{0,150}}:\s*$", re.IGNORECASE | re.VERBOSE
+)
+_CANDIDATE = re.compile(  # a line that may be (the end of) a quote header: a verb, a rule, a field name, a phrase
+    rf"{_VERBS}|^\s*[-_*]|^\s*\w{{1,12}}\s?:|forwarded|weitergeleitet|réexpédié|reenviado", re.IGNORECASE | re.VERBOSE
+)
+_ORIGINAL = re.compile(
+    r"""^\s*(?:
+        -{2,}\s*(?:Original\ Message|Ursprüngliche\ Nachricht|Message\ d'origine|Mensaje\ original
+                  |Oorspronkelijk\ bericht|Messaggio\ originale|Mensagem\ original|Forwarded\ message
+                  |Weitergeleitete\ Nachricht|Message\ transféré|Mensaje\ reenviado)\s*-{2,}
+      | Begin\ forwarded\ message:
+      | Anfang\ der\ weitergeleiteten\ Nachricht:
+      | Début\ du\ message\ réexpédié\ :?
+      | Inicio\ del\ mensaje\ reenviado:
+    )\s*$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_FROM_FIELD = re.compile(r"^\s*\*?(?:From|Von|De|Van|Da|Från|Od)\s?:\*?\s", re.IGNORECASE)
+_SENT_FIELD = re.compile(
+    r"^\s*\*?(?:Sent|Date|Gesendet|Datum|Envoyé|Enviado|Enviada|Verzonden|Inviato|Data|Skickat|Wysłano)\s?:",
+    re.IGNORECASE,
+)
+_RULE = re.compile(r"^\s*_{10,}\s*$")
+_FOOTER = re.compile(
+    r"""^\s*(?:
+        Sent\ from\ (?:my\ |Mail\ for\ |Yahoo\ Mail|Outlook|AOL)
+      | Sent\ via\ | Get\ Outlook\ for\ | Sent\ with\ (?:ProtonMail|Proton\ Mail)
+      | Von\ meinem\ .{1,60}\ gesendet | Gesendet\ von\ (?:meinem|Outlook|Mail\ für) | Von\ Outlook\ für
+      | Envoyé\ (?:de|depuis)\ (?:mon|ma|Outlook|Yahoo) | Obtenir\ Outlook\ pour
+      | Enviado\ (?:desde|do|de)\ (?:mi|meu|o\ meu|Outlook|Yahoo) | Obtener\ Outlook\ para
+      | Verstuurd\ (?:vanaf|met)\ | Inviato\ da\ | Skickat\ från\ | Wysłane\ z\s
+    )""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StrippedReply:
+    """`text`: the reply alone, trimmed ("" when nothing is left); `signature`: the signature, or None."""
+
+    text: str
+    signature: str | None = None
+
+
+def strip_reply(body: str) -> StrippedReply:
+    """Split `body` into the reply, its signature and the quoted history (dropped). Never raises."""
+    lines = body.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    start, header_end = _history_start(lines)
+    reply = lines[:start]
+    if not any(line.strip() for line in reply):
+        reply = lines[header_end:]  # bottom-posted: the quote comes first, the answer after it
+    reply = [line for line in reply if not line.lstrip().startswith(">")]
+    cut = _signature_start(reply)
+    signature = "\n".join(reply[cut:]).strip() if cut is not None else ""
+    text = "\n".join(reply[:cut] if cut is not None else reply).strip()
+    if cut is not None and _is_delimiter(reply[cut]):
+        signature = "\n".join(reply[cut + 1 :]).strip()
+    return StrippedReply(text=text, signature=signature or None)
+
+
+def _head(line: str) -> str:
+    return line[:MARKER_SCAN_CHARS].rstrip()
+
+
+def _history_start(lines: list[str]) -> tuple[int, int]:
+    """Where the quoted history starts (a rule line just above its header belongs to it) and where its header
+    ends; (len(lines), len(lines)) without one. Only lines a cheap test marks as candidates are matched in full,
+    and only the first MAX_CANDIDATES of them."""
+    candidates = 0
+    for index, line in enumerate(lines):
+        head = _head(line)
+        lead = head.lstrip()[:1]
+        if lead == ">" or (lead != "-" and ":" not in head) or not _CANDIDATE.search(head):
+            continue  # every header line ends in ":" or is a dashed line; quoted lines are dropped anyway
+        candidates += 1
+        if candidates > MAX_CANDIDATES:
+            break
+        for first in range(max(index - HEADER_JOIN_LINES + 1, 0), index + 1):  # a wrapped header's verb is last
+            span = _header_span(lines, first)
+            if span:
+                return _rule_above(lines, first), first + span
+    return len(lines), len(lines)
+
+
+def _header_span(lines: list[str], index: int) -> int:
+    head = _head(lines[index])
+    if _ORIGINAL.match(head) or _outlook_block(lines, index):
+        return 1
+    return _wrote_header(lines, index)
+
+
+def _rule_above(lines: list[str], index: int) -> int:
+    previous = index - 1
+    while previous >= 0 and not lines[previous].strip():
+        previous -= 1
+    return previous if previous >= 0 and _RULE.match(_head(lines[previous])) else index
+
+
+def _wrote_header(lines: list[str], index: int) -> int:
+    """How many lines the `On ... wrote:` header starting here spans (it may be wrapped over up to
+    HEADER_JOIN_LINES), 0 when there is none; a looser `... wrote:` line only counts when `>`-quoted text follows
+    (a sentence of the reply ending in "wrote:" is not a header)."""
+    joined = ""
+    for offset in range(HEADER_JOIN_LINES):
+        if index + offset >= len(lines):
+            return 0
+        joined = f"{joined} {_head(lines[index + offset]).strip()}".strip()
+        if len(joined) > MARKER_SCAN_CHARS:
+            return 0
+        if _WROTE.match(joined):
+            return offset + 1
+        if offset == 0 and _WROTE_LOOSE.match(joined) and _quote_follows(lines, index + 1):
+            return 1
+    return 0
+
+
+def _quote_follows(lines: list[str], start: int) -> bool:
+    for line in lines[start : start + 3]:
+        if line.strip():
+            return line.lstrip().startswith(">")
+    return False
+
+
+def _outlook_block(lines: list[str], index: int) -> bool:
+    if not _FROM_FIELD.match(_head(lines[index])):
+        return False
+    return any(_SENT_FIELD.match(_head(line)) for line in lines[index + 1 : index + OUTLOOK_BLOCK_LINES])
+
+
+def _is_delimiter(line: str) -> bool:
+    return len(line) <= 6 and line.rstrip() in SIGNATURE_DELIMITERS
+
+
+def _signature_start(reply: list[str]) -> int | None:
+    """Index of the last `-- ` line, else of a mobile footer among the last non-blank lines, else None."""
+    for index in range(len(reply) - 1, -1, -1):
+        if _is_delimiter(reply[index]):
+            return index
+    seen = 0
+    for index in range(len(reply) - 1, -1, -1):
+        head = _head(reply[index])
+        if not head.strip():
+            continue
+        if _FOOTER.match(head):
+            return index
+        seen += 1
+        if seen >= FOOTER_SEARCH_LINES:
+            return None
+    return None

@@ -1,0 +1,108 @@
+"""Idempotency keys, fingerprints, records and route patterns: pure logic."""
+
+from __future__ import annotations
+
+import pytest
+
+from bastion import ConfigError
+from bastion.errors import IdempotencyKeyInvalid
+from bastion.idempotency import IdempotentRoutes
+from bastion.idempotency._keys import done_record, fingerprint, parse_key, read_record, record_key, running_record
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        pytest.param(b'"8e03978e-40d5-43e8"', "8e03978e-40d5-43e8", id="structured-string"),
+        pytest.param(b"8e03978e-40d5-43e8", "8e03978e-40d5-43e8", id="bare-token"),
+        pytest.param(b"order 42", "order 42", id="space-inside"),
+    ],
+)
+def test_a_key_is_read_quoted_or_bare(raw: bytes, key: str) -> None:
+    assert parse_key(raw, max_length=255) == key
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(b'""', id="empty-string"),
+        pytest.param(b"x" * 256, id="over-the-cap"),
+        pytest.param(b"caf\xc3\xa9", id="not-ascii"),
+        pytest.param(b"a\x01b", id="control-character"),
+        pytest.param(b'"a"b"', id="quote-inside"),
+    ],
+)
+def test_a_bad_key_is_idempotency_key_invalid(raw: bytes) -> None:
+    with pytest.raises(IdempotencyKeyInvalid, match="1 to 255 printable ASCII"):
+        parse_key(raw, max_length=255)
+
+
+def test_the_key_cap_is_the_configured_length() -> None:
+    assert parse_key(b"x" * 8, max_length=8) == "x" * 8
+    with pytest.raises(IdempotencyKeyInvalid, match="1 to 8 "):
+        parse_key(b"x" * 9, max_length=8)
+
+
+def test_one_key_of_two_callers_is_two_records() -> None:
+    assert record_key("user:alice", "k1") != record_key("user:bob", "k1")
+
+
+def test_caller_and_key_cannot_collide_by_moving_a_colon() -> None:
+    assert record_key("user:a:b", "c") != record_key("user:a", "b:c")
+
+
+def test_the_fingerprint_covers_method_path_query_and_body() -> None:
+    base = fingerprint("POST", "/api/v1/documents", b"", b'{"title":"a"}')
+    assert fingerprint("POST", "/api/v1/documents", b"", b'{"title":"a"}') == base
+    assert fingerprint("PUT", "/api/v1/documents", b"", b'{"title":"a"}') != base
+    assert fingerprint("POST", "/api/v1/notes", b"", b'{"title":"a"}') != base
+    assert fingerprint("POST", "/api/v1/documents", b"draft=1", b'{"title":"a"}') != base
+    assert fingerprint("POST", "/api/v1/documents", b"", b'{"title":"b"}') != base
+
+
+def test_a_done_record_reads_back_with_its_response() -> None:
+    print_ = fingerprint("POST", "/x", b"", b"")
+    raw = done_record(print_, 201, [(b"content-type", b"application/json")], b'{"id":"d-1"}\n')
+    stored = read_record(raw)
+    assert stored is not None and not stored.running
+    assert (stored.fingerprint, stored.status, stored.headers, stored.body) == (
+        print_,
+        201,
+        ((b"content-type", b"application/json"),),
+        b'{"id":"d-1"}\n',
+    )
+
+
+def test_a_running_record_reads_back_as_running() -> None:
+    print_ = fingerprint("POST", "/x", b"", b"")
+    stored = read_record(running_record(print_))
+    assert stored is not None and stored.running and stored.fingerprint == print_
+
+
+@pytest.mark.parametrize("raw", [b"", b"X" + b"0" * 64, b"D" + b"0" * 64 + b"2x0\r\n\r\n", b"R" + b"0" * 10])
+def test_an_unreadable_record_is_none(raw: bytes) -> None:
+    assert read_record(raw) is None
+
+
+class TestRoutes:
+    def test_a_method_and_wildcard_pattern_matches_every_version(self) -> None:
+        routes = IdempotentRoutes(["POST /api/*/documents"])
+        assert routes.match("POST", "/api/v1/documents")
+        assert routes.match("POST", "/api/v2/documents")
+        assert not routes.match("GET", "/api/v1/documents")
+        assert not routes.match("POST", "/api/v1/documents/d-1")
+
+    def test_a_double_star_matches_any_depth(self) -> None:
+        routes = IdempotentRoutes(["POST /**"])
+        assert routes.match("POST", "/api/v1/documents/1/comments")
+        assert not routes.match("PUT", "/api/v1/documents")
+
+    def test_a_template_placeholder_is_one_segment(self) -> None:
+        routes = IdempotentRoutes(["PUT /api/v1/documents/{doc_id}"])
+        assert routes.match("PUT", "/api/v1/documents/d-1")
+        assert not routes.match("PUT", "/api/v1/documents/d-1/x")
+
+    def test_a_bad_pattern_is_a_config_error(self) -> None:
+        with pytest.raises(ConfigError, match="'POST api/x'"):
+            IdempotentRoutes(["POST api/x"])
