@@ -168,9 +168,8 @@ class RelaySMTP(SmtpTransport):
             self.transport.close()
         plain = self.plain_transport
         if plain is not None:
-            # A TLS close waits for the client's close_notify (up to 30 s), which an idle or hostile
-            # client never sends; the reply and our close_notify are already queued on the socket
-            # below, so close it too: the session (and its per-IP slot) ends now, not 30 s later.
+            # A TLS close waits (30 s) for a close_notify a hostile client never sends: the reply is queued on the
+            # socket below, so close it too and the session (and its per-IP slot) ends now.
             plain.close()
 
     async def serve_commands(self) -> None:
@@ -391,7 +390,8 @@ class RelaySMTP(SmtpTransport):
         session.new_envelope()
         if isinstance(content, Reply):
             session.apply(Event.DATA_FINISHED)
-            self._message_answered(content)
+            if self.observer is not None:
+                self.observer.message_answered(content)
             await self._push(content)
             return
         envelope.content = content
@@ -401,10 +401,6 @@ class RelaySMTP(SmtpTransport):
         await self._push(reply)
         if self.hub.shutting_down:
             self.close_with(r.SHUTTING_DOWN)
-
-    def _message_answered(self, reply: Reply) -> None:
-        if self.observer is not None:
-            self.observer.message_answered(reply)
 
     async def _deliver(self, envelope: Envelope) -> Reply:
         self._delivering = True
@@ -424,7 +420,8 @@ class RelaySMTP(SmtpTransport):
         except Exception:
             log.exception("message_handler_failed", peer=self.relay_session.peer_ip)
             reply = r.LOCAL_ERROR
-        self._message_answered(reply)
+        if self.observer is not None:
+            self.observer.message_answered(reply)
         return reply
 
     async def _rset(self, arg: str | None) -> None:
