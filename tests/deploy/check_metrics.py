@@ -10,6 +10,7 @@ the end-to-end suites' (tests/deploy/conftest.py).
 from __future__ import annotations
 
 import re
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from bastion.testing import TokenMinter
-from bastion_core.testing import free_port
+from bastion_core.testing import DevCA, free_port
 from mailrelay.testing import RecordedRequest, WebhookReceiver
 from tests.conftest import REPO, BastionProcess
 from tests.deploy.promql import exported_names, used_names
@@ -58,7 +59,40 @@ def test_every_metric_the_dashboard_and_the_rules_use_is_exported(
     assert httpx.get(service.url + "/ready", timeout=10).status_code == 200
     response = httpx.get(service.url + "/metrics", timeout=10)
     assert response.status_code == 200
-    assert sorted(used_names("bastion") - exported_names(response.text)) == []
+    assert sorted(used_names("bastion") - exported_names(response.text) - TLS_METRICS) == []
+
+
+TLS_METRICS = {"bastion_tls_certificate_expiry_seconds", "bastion_tls_reloads_total"}
+"""Exported where Bastion terminates TLS (the deployed configuration leaves it to the ingress)."""
+
+
+def test_the_certificate_metrics_the_rules_use_are_exported_where_bastion_serves_tls(
+    bastion_process: Callable[..., BastionProcess], key_env: dict[str, str], tmp_path: Path
+) -> None:
+    ca = DevCA()
+    ca.issue("localhost", dns=("localhost",), ips=("127.0.0.1",), server=True, client=False).write(tmp_path, "server")
+    env = {
+        **key_env,
+        "SERVICE_TOKEN_ENABLED": "false",
+        "SERVICE_POLICY_ENABLED": "false",
+        "SERVICE_TLS_CERT_PATH": str(tmp_path / "server.pem"),
+        "SERVICE_TLS_KEY_PATH": str(tmp_path / "server-key.pem"),
+    }
+    service = bastion_process("examples.documents_api:service", env=env, wait=False)
+    context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    deadline = time.monotonic() + 30
+    while True:
+        assert service.proc.poll() is None, service.output()
+        try:
+            response = httpx.get(f"https://127.0.0.1:{service.port}/metrics", verify=context, timeout=2)
+            break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, service.output()
+            time.sleep(0.1)
+    assert response.status_code == 200
+    used = used_names("bastion") & TLS_METRICS
+    assert used == TLS_METRICS
+    assert sorted(used - exported_names(response.text)) == []
 
 
 def refuse(request: RecordedRequest) -> int:
