@@ -4,6 +4,7 @@ every bad certificate refused at the handshake (httpx with a client certificate,
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import signal
 import socket
@@ -18,6 +19,8 @@ import grpc
 import httpx
 import pytest
 from cryptography import x509
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from bastion.testing import TokenMinter
 from bastion_core.testing import DevCA, Issued, free_port
@@ -30,7 +33,11 @@ REPORTING = "spiffe://example.test/reporting"
 NOW = datetime.datetime.now(datetime.UTC)
 POLICY = f"""
 permit(principal == Service::"{BILLING}", action == Action::"POST /api/v1/invoices", resource);
-permit(principal is Service, action in [Action::"GET /api/v1/invoices", Action::"GET /api/v1/reports"], resource);
+permit(
+  principal is Service,
+  action in [Action::"GET /api/v1/invoices", Action::"GET /api/v1/reports", Action::"GET /api/v1/live"],
+  resource
+);
 permit(principal is User, action, resource);
 """
 
@@ -132,6 +139,7 @@ def optional(module_bastion_process: Callable[..., BastionProcess], pki: Pki) ->
         extra="""
 [tls.path_credentials]
 "/api/v1/invoices" = "mtls"
+"/api/v1/live" = "mtls"
 "/api/v1/reports" = "mtls_or_bearer"
 "/api/v1/ledger" = "mtls_and_bearer"
 
@@ -210,6 +218,20 @@ class TestPrincipals:
         assert (
             call(optional, pki.context(), "/api/v1/ledger", token=same).json()["code"] == "CLIENT_CERTIFICATE_REQUIRED"
         )
+
+    def test_a_websocket_handshake_carries_the_certificate_identity(self, optional: BastionProcess, pki: Pki) -> None:
+        url = f"wss://127.0.0.1:{optional.port}/api/v1/live"
+        with connect(url, ssl=pki.context("billing"), open_timeout=10, close_timeout=5) as websocket:
+            assert json.loads(websocket.recv(timeout=10)) == {"identity": BILLING}
+
+    def test_a_websocket_handshake_on_an_mtls_path_without_a_certificate_is_401(
+        self, optional: BastionProcess, pki: Pki
+    ) -> None:
+        url = f"wss://127.0.0.1:{optional.port}/api/v1/live"
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url, ssl=pki.context(), open_timeout=10, close_timeout=5)
+        assert refused.value.response.status_code == 401
+        assert json.loads(bytes(refused.value.response.body or b""))["code"] == "CLIENT_CERTIFICATE_REQUIRED"
 
     def test_bearer_path_ignores_a_certificate_without_a_token(self, optional: BastionProcess, pki: Pki) -> None:
         assert call(optional, pki.context("billing"), "/api/v1/profile").status_code == 401

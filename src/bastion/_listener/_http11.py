@@ -330,6 +330,8 @@ class BoundedHttpProtocol(_Http11Protocol):
         slot, self.slot = self.slot, UNCOUNTED
         if isinstance(protocol, WebSocketProtocol):
             protocol.slot = slot  # the connection is the WebSocket's now: it releases the slot when lost
+            protocol.mutual_tls = self.identity_from is not None
+            protocol.client_certificate = self.client_certificate
         else:
             slot.release()
 

@@ -10,7 +10,7 @@ from uvicorn.protocols.websockets.websockets_impl import WebSocketProtocol as Uv
 from websockets.datastructures import Headers
 
 from bastion._compat import uvicorn as uvicorn_compat
-from bastion._connections import UNCOUNTED, Slot
+from bastion._listener._handover import HandedOver
 
 log = structlog.get_logger("bastion.server")
 
@@ -18,22 +18,17 @@ INVALID_DATA = 1007
 """RFC 6455 7.4.1: data inconsistent with the message type (a text message that is not UTF-8)."""
 
 
-class LegacyWebSocketProtocol(UvicornWebSocketProtocol):
+class LegacyWebSocketProtocol(HandedOver, UvicornWebSocketProtocol):
     """uvicorn's WebSocket protocol before 0.35 (websockets' legacy implementation), with three changes that make it
     behave as :class:`~bastion._listener._websocket_sansio.SansIOWebSocketProtocol` does on later uvicorn releases:
 
-    - It holds the connection's :class:`Slot` and releases it when the connection is lost.
+    - It holds the connection's :class:`Slot` and, with mutual TLS, its client certificate
+      (:class:`~bastion._listener._handover.HandedOver`).
     - A refused handshake (``websocket.http.response``: 401, 403, 404, ...) is answered with the app's body:
       uvicorn answers when the response starts and sends an empty body (``uvicorn_compat.refusal_complete``).
     - A text message that is not UTF-8 is closed with 1007 (websockets does) and logged at info,
       ``websocket_invalid_utf8``.
     """
-
-    slot: Slot = UNCOUNTED
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.slot.release()
-        super().connection_lost(exc)
 
     async def process_request(self, path: str, request_headers: Headers) -> Any:
         response = await super().process_request(path, request_headers)

@@ -9,17 +9,16 @@ import structlog
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from bastion._compat import uvicorn as uvicorn_compat
-from bastion._connections import UNCOUNTED, Slot
+from bastion._listener._handover import HandedOver
 
 log = structlog.get_logger("bastion.server")
 
 
-class SansIOWebSocketProtocol(WebSocketsSansIOProtocol):
+class SansIOWebSocketProtocol(HandedOver, WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol (websockets' sans-I/O implementation), with three changes:
 
-    - It holds the connection's :class:`Slot` (handed over from the HTTP/1.1 protocol at the upgrade) and
-      releases it when the connection is lost: a WebSocket counts against ``service.max_connections`` and
-      ``service.max_connections_per_ip`` for as long as it is open.
+    - It holds the connection's :class:`Slot` and, with mutual TLS, its client certificate (both handed over from
+      the HTTP/1.1 protocol at the upgrade: :class:`~bastion._listener._handover.HandedOver`).
     - A refused handshake (``websocket.http.response``: 401, 403, 404, ...) counts as done. uvicorn 0.54 sends
       the refusal but leaves ``handshake_complete`` unset, then logs "ASGI callable returned without completing
       handshake." at error level for every refused handshake. Before uvicorn 0.53 the refusal is sent as 0.53
@@ -27,12 +26,6 @@ class SansIOWebSocketProtocol(WebSocketsSansIOProtocol):
     - A text message that is not UTF-8 is closed with 1007 (as uvicorn does) and logged at info,
       ``websocket_invalid_utf8``; uvicorn logs it at error level with a traceback, for a client's mistake.
     """
-
-    slot: Slot = UNCOUNTED
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.slot.release()
-        super().connection_lost(exc)
 
     async def send(self, message: Any) -> None:
         if not uvicorn_compat.send_refusal(self, message):  # uvicorn before 0.53: the refusal sent as 0.53 does

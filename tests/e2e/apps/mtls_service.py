@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
+from starlette.websockets import WebSocket
 
 from bastion import Service
 from bastion.auth import Claims
@@ -47,3 +48,12 @@ async def ledger(request: Request) -> dict[str, Any]:
 @v1.get("/profile")
 async def profile(request: Request) -> dict[str, Any]:
     return caller(request)
+
+
+@v1.websocket("/live")
+async def live(websocket: WebSocket) -> None:
+    """Says who called (the handshake's certificate), then closes."""
+    await websocket.accept()
+    certificate = websocket.scope.get(SCOPE_CLIENT_CERTIFICATE)
+    await websocket.send_json({"identity": certificate.identity if certificate is not None else None})
+    await websocket.close()

@@ -155,3 +155,18 @@ def test_spf_and_dkim_verdicts_beside_dmarc(
         "spf": "fail",
         "dkim": "pass",
     }
+
+
+def test_a_plus_address_carries_its_tag(
+    start_relay: Callable[..., RelayProcess], receiver: WebhookReceiver, webhook: WebhookReceiver
+) -> None:
+    """A `user+*@domain` target takes every tag of the address; v2 says which one (`recipient_tag`)."""
+    relay = start_relay(WEBHOOK_URL=receiver.url, PAYLOAD_VERSION="2", TARGET_EMAILS="tickets+*@example.test")
+    with relay.smtp() as smtp:
+        assert smtp.sendmail("a@example.org", ["tickets+4411@example.test"], b"Subject: tagged\r\n\r\nhi\r\n") == {}
+    payload = delivered(webhook)
+    assert (payload["recipient"], payload["recipients"], payload["recipient_tag"]) == (
+        "tickets+4411@example.test",
+        ["tickets+4411@example.test"],
+        "4411",
+    )
