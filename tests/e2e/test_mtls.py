@@ -4,6 +4,7 @@ every bad certificate refused at the handshake (httpx with a client certificate,
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -181,6 +183,12 @@ def call(
         return client.request(method, f"https://127.0.0.1:{process.port}{path}", headers=headers)
 
 
+def wss(url: str, context: ssl.SSLContext) -> Any:
+    """websockets' sync client over TLS (its ``ssl`` argument was ``ssl_context`` before websockets 13)."""
+    key = "ssl" if "ssl" in inspect.signature(connect).parameters else "ssl_context"
+    return connect(url, open_timeout=10, close_timeout=5, **{key: context})
+
+
 class TestPrincipals:
     def test_billing_certificate_creates_an_invoice_as_its_spiffe_identity(
         self, optional: BastionProcess, pki: Pki
@@ -221,7 +229,7 @@ class TestPrincipals:
 
     def test_a_websocket_handshake_carries_the_certificate_identity(self, optional: BastionProcess, pki: Pki) -> None:
         url = f"wss://127.0.0.1:{optional.port}/api/v1/live"
-        with connect(url, ssl=pki.context("billing"), open_timeout=10, close_timeout=5) as websocket:
+        with wss(url, pki.context("billing")) as websocket:
             assert json.loads(websocket.recv(timeout=10)) == {"identity": BILLING}
 
     def test_a_websocket_handshake_on_an_mtls_path_without_a_certificate_is_401(
@@ -229,7 +237,7 @@ class TestPrincipals:
     ) -> None:
         url = f"wss://127.0.0.1:{optional.port}/api/v1/live"
         with pytest.raises(InvalidStatus) as refused:
-            connect(url, ssl=pki.context(), open_timeout=10, close_timeout=5)
+            wss(url, pki.context())
         assert refused.value.response.status_code == 401
         assert json.loads(bytes(refused.value.response.body or b""))["code"] == "CLIENT_CERTIFICATE_REQUIRED"
 
