@@ -50,6 +50,7 @@ OTHER_CALLER = "other"
 """The ``caller`` of ``api_version_requests`` once ``metrics.version_callers`` distinct callers are counted."""
 
 _INSTRUMENTS = (
+    "_pending",
     "_version",
     "_duration",
     "_active",
@@ -96,6 +97,9 @@ class _Nothing:
         pass
 
     def dec(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
         pass
 
     def observe(self, amount: float) -> None:
@@ -219,6 +223,16 @@ class Metrics:
                 registry=registry,
             )
         )
+        self._pending = _Children(
+            Gauge(
+                "bastion_broker_consumer_pending",
+                "Messages a durable consumer's stream holds that it has not been delivered yet, as of its last "
+                "delivery (JetStream's num_pending)",
+                ["consumer"],
+                registry=registry,
+                multiprocess_mode="max",
+            )
+        )
         registry.register(_BreakerStates(self._state_sources))
         registry.register(_CacheStoreUp(self._store_sources))
         registry.register(_TlsCertificates(self._tls_sources))
@@ -293,6 +307,10 @@ class Metrics:
         self._consumed(consumer, outcome).inc()
         if self.traced:
             note("bastion.broker.outcome", outcome)
+
+    def broker_pending(self, consumer: str, pending: int) -> None:
+        """The consumer's lag: what its stream still holds for it, read from the message just delivered."""
+        self._pending(consumer).set(pending)
 
     def broker_request(self, outcome: str) -> None:
         self._requests(outcome).inc()

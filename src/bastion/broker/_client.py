@@ -145,6 +145,15 @@ def messaging_attributes(subject: str, operation: str) -> dict[str, Any]:
     return {"messaging.system": "nats", "messaging.destination.name": subject, "messaging.operation.type": operation}
 
 
+def pending_after(msg: Msg) -> int | None:
+    """JetStream's ``num_pending`` of ``msg``: what the consumer's stream still holds for it after this one (its
+    lag); None for a core message."""
+    try:
+        return int(msg.metadata.num_pending)
+    except Exception:  # core messages have no JetStream metadata
+        return None
+
+
 def message_from(msg: Msg) -> BrokerMessage:
     """``msg`` as handlers see it (delivery count, stream and sequence from its JetStream metadata, if any)."""
     deliveries, stream, sequence = 1, None, None

@@ -21,7 +21,7 @@ from nats.js.errors import NotFoundError as JetStreamNotFound
 from bastion import _tracing as tracing
 from bastion._metrics import Metrics
 from bastion.broker import _outcomes as outcomes
-from bastion.broker._client import message_from, messaging_attributes
+from bastion.broker._client import message_from, messaging_attributes, pending_after
 from bastion.broker._connection import MAX_BACKGROUND_BACKOFF_SECS, BrokerConnection
 from bastion.broker._handlers import BrokerHandle, BrokerMessage
 from bastion.broker._specs import BrokerPlan, ConsumerSpec, ResponderSpec, SubscriberSpec
@@ -234,6 +234,9 @@ class Consumers:
 
     async def _handle(self, spec: ConsumerSpec, msg: Msg) -> None:
         message = message_from(msg)
+        pending = pending_after(msg)
+        if pending is not None:
+            self.metrics.broker_pending(spec.durable, pending)
         with (
             self._consumer_span(message, consumer=spec.durable),
             structlog.contextvars.bound_contextvars(message_id=message.message_id, consumer=spec.durable),

@@ -122,3 +122,37 @@ async def test_requests_count_ok_timeout_no_responders_failed_and_unavailable(
     with pytest.raises(BrokerUnavailable):
         await broker.request(f"{uid}.price", {})  # stopped: no connection
     assert requests(app) == {("ok",): 1, ("timeout",): 1, ("no_responders",): 1, ("failed",): 1, ("unavailable",): 1}
+
+
+async def pending(app: BastionApp) -> Series:
+    return metric_series(await scrape(app), "bastion_broker_consumer_pending", "consumer")
+
+
+async def test_a_consumers_lag_is_what_its_stream_still_holds_for_it(
+    nats_server: NatsServer, nc: Client, uid: str
+) -> None:
+    """``bastion_broker_consumer_pending``: JetStream's count after each delivery (one message at a time here)."""
+    service = worker()
+    service.stream(uid, subjects=[f"{uid}.*"])
+    durable = f"{uid}-lag"
+    gates = [asyncio.Event() for _ in range(3)]
+    seen: list[int] = []
+
+    @service.consume(f"{uid}.work", durable=durable, stream=uid)
+    async def handle(message: BrokerMessage) -> None:
+        seen.append(message.json()["n"])
+        await gates[len(seen) - 1].wait()
+
+    async with running(service.build(broker_settings(nats_server.url, **EAGER))) as app:
+        js = nc.jetstream()
+        await js.publish(f"{uid}.work", b'{"n": 1}')
+        await eventually(lambda: len(seen) == 1, what="the first message delivered")
+        for n in (2, 3):
+            await js.publish(f"{uid}.work", b'{"n": %d}' % n)
+        gates[0].set()
+        await eventually(lambda: len(seen) == 2, what="the second message delivered")
+        assert await pending(app) == {(durable,): 1}  # the third waits
+        gates[1].set()
+        gates[2].set()
+        await eventually(lambda: len(seen) == 3, what="the third message delivered")
+        assert await pending(app) == {(durable,): 0}
