@@ -1,13 +1,14 @@
 """A minimal Cedar evaluation wrapper shared by the deployables: parse a policy file once, decide fail-closed.
 
 The one module of the core that imports cedarpy (the import contracts in pyproject.toml allow this module and no
-other). Bastion's engine (`bastion.policy._engine`) keeps its reloading, validation and statement naming; MailRelay
+other). Bastion's engine (`bastion.policy._engine`) decides through `authorize` too and keeps its reloading,
+validation and statement naming; MailRelay
 imports this module only where its sender policy is built, and only with the `mailrelay[policy]` extra installed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,8 +69,27 @@ def cedar_decide(
     entities: Sequence[Mapping[str, Any]] = (),
 ) -> CedarDecision:
     """Decide one request; `principal` and `resource` are `(type, id, attributes)`, attributes and context in
-    Cedar's JSON form (`{"__extn": {"fn": "ip", "arg": "192.0.2.1"}}` for an IP). Never raises: an error of Cedar,
-    or in its diagnostics, is a failure (cedarpy skips an erroring `forbid`, which would otherwise allow)."""
+    Cedar's JSON form (`{"__extn": {"fn": "ip", "arg": "192.0.2.1"}}` for an IP). Never raises (see `authorize`)."""
+    allowed, reasons, errors = authorize(
+        policies.policy_set, principal=principal, action=action, resource=resource, context=context, entities=entities
+    )
+    return CedarDecision(allowed=allowed, reasons=reasons, errors=errors)
+
+
+def authorize(
+    policy_set: Any,
+    *,
+    principal: tuple[str, str, Mapping[str, Any]],
+    action: str,
+    resource: tuple[str, str, Mapping[str, Any]],
+    context: Mapping[str, Any],
+    entities: Sequence[Mapping[str, Any]] = (),
+    describe: Callable[[str], str] = str,
+) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+    """Cedar's decision for one request as `(allowed, reasons, errors)`, shared by MailRelay's `cedar_decide` and
+    Bastion's engine. `reasons`: the deciding policies (their `@id` where they have one); `errors`: Cedar's
+    evaluation errors, each through `describe`. Never raises: an error of Cedar, or in its diagnostics, is a
+    failure (cedarpy skips an erroring `forbid`, which would otherwise allow)."""
     principal_uid = {"type": principal[0], "id": principal[1]}
     resource_uid = {"type": resource[0], "id": resource[1]}
     request = {
@@ -84,11 +104,11 @@ def cedar_decide(
         *(dict(entity) for entity in entities),
     ]
     try:
-        result = cedarpy.is_authorized(request, policies.policy_set, all_entities)
+        result = cedarpy.is_authorized(request, policy_set, all_entities)
     except (ValueError, TypeError, RuntimeError) as exc:
-        return CedarDecision(allowed=False, errors=(f"{type(exc).__name__}: {exc}",))
+        return False, (), (f"{type(exc).__name__}: {exc}",)
     diagnostics = result.diagnostics
     by_reason = diagnostics.id_annotations_by_reason or {}
     reasons = tuple(by_reason.get(reason, reason) for reason in diagnostics.reasons)
-    errors = tuple(str(error) for error in diagnostics.errors)
-    return CedarDecision(allowed=bool(result.allowed) and not errors, reasons=reasons, errors=errors)
+    errors = tuple(describe(str(error)) for error in diagnostics.errors)
+    return bool(result.allowed) and not errors, reasons, errors

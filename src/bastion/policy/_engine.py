@@ -14,6 +14,7 @@ from typing import Any
 import cedarpy
 
 from bastion.errors import ConfigError
+from bastion_core._cedar import authorize
 
 
 class PolicyLoadError(ConfigError):
@@ -270,24 +271,12 @@ def evaluate(
     resource: tuple[str, str, Mapping[str, Any]],
     context: Mapping[str, Any],
 ) -> Decision:
-    principal_uid = {"type": principal[0], "id": principal[1]}
-    resource_uid = {"type": resource[0], "id": resource[1]}
-    request = {
-        "principal": principal_uid,
-        "action": {"type": "Action", "id": action},
-        "resource": resource_uid,
-        "context": dict(context),
-    }
-    entities = [
-        {"uid": principal_uid, "attrs": dict(principal[2]), "parents": []},
-        {"uid": resource_uid, "attrs": dict(resource[2]), "parents": []},
-    ]
-    try:
-        result = cedarpy.is_authorized(request, policies.policy_set, entities)
-    except (ValueError, TypeError, RuntimeError) as exc:
-        return Decision(allowed=False, errors=(f"{type(exc).__name__}: {exc}",))
-    diagnostics = result.diagnostics
-    by_reason = diagnostics.id_annotations_by_reason or {}
-    reasons = tuple(by_reason.get(reason, reason) for reason in diagnostics.reasons)
-    errors = tuple(policies.describe(str(error)) for error in diagnostics.errors)
-    return Decision(allowed=bool(result.allowed) and not errors, reasons=reasons, errors=errors)
+    allowed, reasons, errors = authorize(
+        policies.policy_set,
+        principal=principal,
+        action=action,
+        resource=resource,
+        context=context,
+        describe=policies.describe,
+    )
+    return Decision(allowed=allowed, reasons=reasons, errors=errors)
