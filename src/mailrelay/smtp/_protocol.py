@@ -36,6 +36,7 @@ COMMAND_LINE_LIMIT = 512  # RFC 5321 4.5.3.1.4, verb and CRLF included
 MAIL_PARAMETER_ALLOWANCE = 64  # RFC 1870 SIZE=, RFC 6152 BODY=, RFC 6531 SMTPUTF8 extend MAIL's line
 TEXT_LINE_LIMIT = DOT_STUFFED_LINE_OCTETS  # the reader's limit: a line's octets before its CRLF (RFC 5321 4.5.3.1.6)
 MAX_BAD_COMMANDS = 10  # unrecognized or malformed commands before the connection is dropped
+MAX_RECIPIENTS = 100  # accepted recipients per transaction (RFC 5321 4.5.3.1.8's minimum); more get 452
 log = structlog.get_logger("mailrelay.smtp")
 
 
@@ -337,10 +338,7 @@ class RelaySMTP(SmtpTransport):
     async def _rcpt(self, arg: str | None) -> None:
         session = self.relay_session
         path = strip_keyword("TO:", arg)
-        if path is None or not path.strip():
-            await self._push(r.RCPT_TO_SYNTAX)
-            return
-        address, rest = parse_path(path)
+        address, rest = parse_path(path) if path is not None and path.strip() else ("", None)
         if not address or address == "<>":
             await self._push(r.RCPT_TO_SYNTAX)
             return
@@ -355,9 +353,12 @@ class RelaySMTP(SmtpTransport):
                 # one webhook per transaction: the client sends this recipient again in a new one (RFC 5321 4.5.3.1.10)
                 await self._answer_recipient(r.OTHER_ROUTE)
                 return
-            envelope.route = route
             if address.lower() not in (a.lower() for a in envelope.recipients):
+                if len(envelope.recipients) >= MAX_RECIPIENTS:  # the sender sends the rest in another transaction
+                    await self._answer_recipient(r.TOO_MANY_RECIPIENTS)
+                    return
                 envelope.recipients.append(address)
+            envelope.route = route
             session.apply(Event.RECIPIENT_ACCEPTED)
             await self._answer_recipient(r.OK)
             return

@@ -36,6 +36,7 @@ MAIL_FROM_SYNTAX = Reply(code=501, text="Syntax error in MAIL FROM parameters")
 OK = Reply(code=250, text="OK")
 NO_SUCH_USER = Reply(code=550, text="No such user here")
 OTHER_ROUTE = Reply(code=452, text="4.5.3 Recipient of another route: send it in a separate transaction")
+TOO_MANY_RECIPIENTS = Reply(code=452, text="4.5.3 Too many recipients")  # RFC 5321 4.5.3.1.10
 START_MAIL_INPUT = Reply(code=354, text="Start mail input; end with <CRLF>.<CRLF>")
 MESSAGE_ACCEPTED = Reply(code=250, text="OK: Message accepted for delivery")
 BYE = Reply(code=221, text="Bye")

@@ -70,3 +70,18 @@ async def test_unknown_recipient_clears_the_route_too(make_server: MakeServer) -
     assert await client.command("RCPT TO:<help@example.test>") == [b"250 OK"]
     assert await client.command("RCPT TO:<nobody@example.test>") == [str(r.NO_SUCH_USER).encode()]
     assert await client.command("RCPT TO:<inbox@example.test>") == [b"250 OK"]
+
+
+async def test_a_transaction_takes_at_most_100_recipients(make_server: MakeServer, handler: ScriptedHandler) -> None:
+    """With `*@domain` every address is accepted: the 101st distinct one gets 452 (RFC 5321 4.5.3.1.10), so a
+    client cannot grow a transaction (and its payload's `recipients`) without bound."""
+    _, connect = await make_server(router=router())
+    client = await greeted(connect)
+    for n in range(100):
+        assert await client.command(f"RCPT TO:<user{n}@corp.test>") == [b"250 OK"]
+    assert await client.command("RCPT TO:<user100@corp.test>") == [str(r.TOO_MANY_RECIPIENTS).encode()]
+    assert await client.command("RCPT TO:<USER7@corp.test>") == [b"250 OK"]  # one already in: still accepted
+    assert await client.command("DATA") == [str(r.START_MAIL_INPUT).encode()]
+    assert await client.command("Subject: x\r\n\r\nhi\r\n.") == [str(r.MESSAGE_ACCEPTED).encode()]
+    (envelope,) = handler.envelopes
+    assert len(envelope.recipients) == 100
