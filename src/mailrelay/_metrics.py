@@ -59,7 +59,7 @@ written for them keep working. Kept at least until the next major release."""
 
 MESSAGE_CODES = (250, 451, 500, 550, 552, 554)
 """Every code the relay ends a message's data with (smtp/_replies.py); anything else is counted as `other`."""
-RECIPIENT_REPLIES = (r.OK, r.NO_SUCH_USER, r.TOO_MANY_UNKNOWN_RCPTS)
+RECIPIENT_REPLIES = (r.OK, r.NO_SUCH_USER, r.TOO_MANY_RECIPIENTS, r.OTHER_ROUTE, r.TOO_MANY_UNKNOWN_RCPTS)
 SESSION_REFUSALS = {r.TOO_MANY_SESSIONS: "max_sessions", r.TOO_MANY_CONNECTIONS: "max_per_ip"}
 
 

@@ -202,7 +202,7 @@ def test_every_label_takes_only_a_fixed_set_of_values() -> None:
     assert labels == {
         "mailrelay_build_info": {"version": {__version__}},
         "mailrelay_smtp_sessions_refused": {"reason": {"max_sessions", "max_per_ip"}},
-        "mailrelay_smtp_recipients": {"outcome": {"accepted", "rejected"}, "code": {"250", "550", "421"}},
+        "mailrelay_smtp_recipients": {"outcome": {"accepted", "rejected"}, "code": {"250", "550", "452", "421"}},
         "mailrelay_smtp_messages": {
             "outcome": {"accepted", "rejected"},
             "code": {"250", "451", "500", "550", "552", "554", "other"},
@@ -298,11 +298,12 @@ class TestSmtpReplies:
 
     def test_recipient_replies_by_code_and_outcome(self) -> None:
         metrics = fresh()
-        for reply in (r.OK, r.OK, r.NO_SUCH_USER, r.TOO_MANY_UNKNOWN_RCPTS):
+        for reply in (r.OK, r.OK, r.NO_SUCH_USER, r.TOO_MANY_RECIPIENTS, r.OTHER_ROUTE, r.TOO_MANY_UNKNOWN_RCPTS):
             metrics.recipient_answered(reply)
         assert recorded(metrics, "mailrelay_smtp_recipients_total") == {
             'code="250",outcome="accepted"': 2.0,
             'code="550",outcome="rejected"': 1.0,
+            'code="452",outcome="rejected"': 2.0,
             'code="421",outcome="rejected"': 1.0,
         }
 
