@@ -75,20 +75,24 @@ def get_once(app: ASGIApp, headers: list[tuple[bytes, bytes]]) -> Callable[..., 
             status = message["status"]
 
     async def once(prepared: Scope | None = None) -> None:
-        scope: Scope = dict(prepared) if prepared is not None else {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "GET",
-            "scheme": "http",
-            "path": PATH,
-            "raw_path": PATH.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": headers,
-            "client": ("127.0.0.1", 50000),
-            "server": ("127.0.0.1", 8080),
-        }
+        scope: Scope = (
+            dict(prepared)
+            if prepared is not None
+            else {
+                "type": "http",
+                "asgi": {"version": "3.0"},
+                "http_version": "1.1",
+                "method": "GET",
+                "scheme": "http",
+                "path": PATH,
+                "raw_path": PATH.encode(),
+                "root_path": "",
+                "query_string": b"",
+                "headers": headers,
+                "client": ("127.0.0.1", 50000),
+                "server": ("127.0.0.1", 8080),
+            }
+        )
         await app(scope, receive, send)
         if status != 200:
             raise RuntimeError(f"GET answered {status}")

@@ -27,13 +27,13 @@ import structlog
 from starlette.requests import ClientDisconnect
 
 from bastion._guard import Cleanup, GuardLayer, Outcome
-from bastion._request_ids import new_request_id
 from bastion._metrics import serve_metrics
+from bastion._request_ids import new_request_id
+from bastion.middleware._cors import vary_origin
 from bastion.middleware._errors import RESPONSE_STARTED, ResponseStarted, as_bastion_error, recover
 from bastion.middleware._limits import stalled_on_body
 from bastion.middleware._observe import ObserveMiddleware
 from bastion.middleware._request_id import RequestIdMiddleware, incoming_request_id, response_headers
-from bastion.middleware._cors import vary_origin
 from bastion.types import SCOPE_REQUEST_ID, ASGIApp, Headers, Message, Receive, Scope, Send
 
 
