@@ -26,7 +26,6 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from bastion import BastionApp, load_settings
 from bastion._pipeline import assemble
@@ -63,7 +62,7 @@ def build(public_key: Path, environ: dict[str, str]) -> BastionApp:
     return create_service(seeded_store()).build(load_settings(EXAMPLE_CONFIG, environ=full))
 
 
-def get_once(app: ASGIApp, headers: list[tuple[bytes, bytes]]) -> Callable[..., Awaitable[None]]:
+def get_once(app: ASGIApp, headers: list[tuple[bytes, bytes]]) -> Callable[[], Awaitable[None]]:
     async def receive() -> Message:
         return {"type": "http.disconnect"}
 
@@ -100,24 +99,6 @@ def get_once(app: ASGIApp, headers: list[tuple[bytes, bytes]]) -> Callable[..., 
     return once
 
 
-async def handler_only(app: BastionApp, headers: list[tuple[bytes, bytes]]) -> Callable[[], Awaitable[None]]:
-    """The dispatcher alone, on the scope the steps leave it (what the pipeline's layers add is the difference)."""
-    seen: list[Scope] = []
-
-    async def capture(scope: Scope, receive: Any, send: Any) -> None:
-        seen.append(dict(scope))
-        await app.dispatcher(scope, receive, send)
-
-    await get_once(assemble(app.steps, capture), headers)()
-    prepared = seen[0]
-    once = get_once(app.dispatcher, headers)
-
-    async def call() -> None:
-        await once(prepared)
-
-    return call
-
-
 async def median_us(fns: list[Callable[[], Awaitable[None]]], n: int) -> list[float]:
     results: list[list[float]] = [[] for _ in fns]
     for fn in fns:  # warm up: caches (token, policy decision), compiled paths
@@ -147,8 +128,6 @@ async def main_async(n: int, profile: bool) -> None:
         "open, fused": get_once(opened, base),
         "open, nested": get_once(assemble(opened.steps, opened.dispatcher, fuse=False), base),
     }
-    rows["secured, handler only"] = await handler_only(secured, auth)
-    rows["open, handler only"] = await handler_only(opened, base)
     medians = await median_us(list(rows.values()), n)
     print("steps (secured):", ", ".join(step.name for step in secured.steps))
     for name, value in zip(rows, medians, strict=True):

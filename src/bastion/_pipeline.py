@@ -4,6 +4,9 @@ Every HTTP request and WebSocket handshake passes the steps below, top to bottom
 steps that carry a gRPC check (token auth, rate limit, policy, resilience), in the same order. A step that
 is switched off is simply not in the list: there is no other way to turn a layer off.
 
+``assemble`` builds the steps' layers in this order; an HTTP request then runs adjacent built-in steps in one
+coroutine with one ``send`` wrapper (``bastion._fused``), a WebSocket handshake through the nested layers.
+
 The capability steps are guards (``bastion._guard``): one check and its exemptions, from which
 :meth:`Step.guarding` makes both the HTTP/WebSocket layer and the gRPC check. A new capability is one package
 (its guard in ``<capability>/_capability.py``) plus one entry in the list below.
