@@ -47,10 +47,6 @@ class Plain(Protocol):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None: ...
 
 
-def is_plain(layer: object) -> bool:
-    return callable(getattr(layer, "enter", None))
-
-
 class Checks:
     """A run of plain steps then guards, for an HTTP request in one coroutine; ``app`` is what follows the run.
 

@@ -13,6 +13,7 @@ import pytest
 
 from bastion import BastionError, Exemptions, NotFound, Service, Slot, load_settings
 from bastion._app import BastionApp
+from bastion._guard import Cleanup
 from bastion._pipeline import Step, assemble
 from bastion.testing import TokenMinter
 from bastion.types import ASGIApp, Message, Scope
@@ -37,8 +38,6 @@ class Recorder:
         if any(name == b"x-deny" for name, _ in scope["headers"]):
             raise Denied()
         if self.cleanup:
-            from bastion._guard import Cleanup
-
             return Cleanup(lambda: self.told.append("cleanup"))
 
         async def outcome(status: str | None) -> None:
