@@ -4,6 +4,9 @@ Every HTTP request and WebSocket handshake passes the steps below, top to bottom
 steps that carry a gRPC check (token auth, rate limit, policy, resilience), in the same order. A step that
 is switched off is simply not in the list: there is no other way to turn a layer off.
 
+``assemble`` builds the steps' layers in this order; an HTTP request then runs adjacent built-in steps in one
+coroutine with one ``send`` wrapper (``bastion._fused``), a WebSocket handshake through the nested layers.
+
 The capability steps are guards (``bastion._guard``): one check and its exemptions, from which
 :meth:`Step.guarding` makes both the HTTP/WebSocket layer and the gRPC check. A new capability is one package
 (its guard in ``<capability>/_capability.py``) plus one entry in the list below.
@@ -39,9 +42,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Literal
 
 from bastion._exception_handlers import ExceptionHandlers
-from bastion._guard import Guard, grpc_check, guard_layer
+from bastion._fused import Checks, Edge
+from bastion._guard import Guard, GuardLayer, grpc_check, guard_layer
 from bastion._metrics import Metrics
 from bastion._parts import GrpcHook, Layer, Slot, SlotUse
 from bastion._tracing import Tracer
@@ -58,6 +63,8 @@ from bastion.routing._resolve import RouteResolutionMiddleware, RouteTable
 from bastion.routing._versioned import VersionedApi
 from bastion.types import ASGIApp
 
+Fuses = Literal["plain", "guard"]
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -68,12 +75,15 @@ class Step:
     layer: Layer
     grpc: GrpcHook | None = None
     slot: Slot | None = None
+    fuses: Fuses | None = None
+    """How ``assemble`` may run the step fused with its neighbours (``bastion._fused``): ``"plain"`` (its layer's
+    ``enter`` is the whole step for most requests) or ``"guard"`` (a built-in guard); ``None``: its own layer."""
 
     @classmethod
     def guarding(cls, name: str, guard: Guard, slot: Slot) -> Step:
         """The step of a guard: its HTTP/WebSocket layer and, at the same position, its gRPC check (both with
         the guard's exemptions), so the two protocols cannot drift apart."""
-        return cls(name, guard_layer(guard), grpc_check(guard), slot)
+        return cls(name, guard_layer(guard), grpc_check(guard), slot, "guard")
 
 
 def _slot(
@@ -133,7 +143,7 @@ def pipeline(
         Step("panic_recovery", PanicRecoveryMiddleware),
         Step("cors", partial(CorsMiddleware, settings=middleware.cors)) if cors_enabled(middleware.cors) else None,
         Step("error_rendering", partial(ErrorRenderingMiddleware, handlers=exception_handlers)),
-        Step("path_normalization", PathNormalizationMiddleware),
+        Step("path_normalization", PathNormalizationMiddleware, fuses="plain"),
         Step("timeout", partial(TimeoutMiddleware, timeout_secs=middleware.timeout_secs)),
         Step(
             "body_limit",
@@ -142,12 +152,17 @@ def pipeline(
                 max_body_bytes=middleware.max_body_bytes,
                 max_json_depth=middleware.max_json_depth,
             ),
+            fuses="plain",
         ),
-        Step("compression", partial(CompressionMiddleware, settings=middleware.compression))
+        Step("compression", partial(CompressionMiddleware, settings=middleware.compression), fuses="plain")
         if middleware.compression.enabled
         else None,
-        Step("deprecation", partial(DeprecationMiddleware, api=api, base_path=base_path, metrics=metrics, form=form)),
-        Step("route_resolution", partial(RouteResolutionMiddleware, table=routes)),
+        Step(
+            "deprecation",
+            partial(DeprecationMiddleware, api=api, base_path=base_path, metrics=metrics, form=form),
+            fuses="plain",
+        ),
+        Step("route_resolution", partial(RouteResolutionMiddleware, table=routes), fuses="plain"),
         *_slot(Slot.TOKEN_AUTH, token_auth, operator),
         *_slot(Slot.RATE_LIMIT, rate_limit, operator),
         *_slot(Slot.POLICY, policy, operator),
@@ -158,11 +173,53 @@ def pipeline(
     return [step for step in listed if step is not None]
 
 
-def assemble(steps: Sequence[Step], app: ASGIApp) -> ASGIApp:
-    """Wrap ``app`` (the dispatcher) in ``steps``: the first step ends up outermost."""
-    for step in reversed(steps):
-        app = step.layer(app)
-    return app
+def assemble(steps: Sequence[Step], app: ASGIApp, *, fuse: bool = True) -> ASGIApp:
+    """Wrap ``app`` (the dispatcher) in ``steps``: the first step ends up outermost.
+
+    Every step's layer is built once, nested as listed. With ``fuse`` (the default) an HTTP request runs adjacent
+    steps in one coroutine (``bastion._fused``): the outer steps up to CORS in one :class:`~bastion._fused.Edge`,
+    each run of plain steps and built-in guards in one :class:`~bastion._fused.Checks`; other connections (and
+    ``fuse=False``) take the nested layers.
+    """
+    if not fuse:
+        for step in reversed(steps):
+            app = step.layer(app)
+        return app
+    edge = _edge_length(steps)
+    top, run = app, list[ASGIApp]()  # run: the open run's layers, innermost first; top: what is below it
+    for step in reversed(steps[edge:]):
+        if step.fuses is None or (run and step.fuses == "guard" and not isinstance(run[-1], GuardLayer)):
+            top, run = _closed(run, top), []  # a run is plain steps, then guards
+        if step.fuses is None:
+            top = step.layer(top)
+        else:
+            run.append(step.layer(run[-1] if run else top))
+    top = _closed(run, top)
+    if not edge:
+        return top
+    built = {step.name: step.layer for step in steps[:edge]}
+    cors = built["cors"](top) if "cors" in built else None
+    recovering = built["panic_recovery"](cors or top)
+    observe = built["observe"](recovering) if "observe" in built else None
+    request_id = built["request_id"](observe or recovering)
+    return Edge(request_id, request_id=request_id, observe=observe, cors=cors, app=top)  # type: ignore[arg-type]
+
+
+def _closed(run: list[ASGIApp], below: ASGIApp) -> ASGIApp:
+    """What a run of fusable layers (innermost first) becomes: fused when it has two or more."""
+    if len(run) > 1:
+        return Checks(run[::-1], below)
+    return run[0] if run else below
+
+
+def _edge_length(steps: Sequence[Step]) -> int:
+    """How many outer steps the :class:`~bastion._fused.Edge` takes: request id, observe (if on), panic recovery,
+    CORS (if on), in this order; 0 when the list does not start so."""
+    names = [step.name for step in steps[:4]]
+    expected = ["request_id", *(["observe"] if "observe" in names else []), "panic_recovery"]
+    if names[: len(expected)] != expected:
+        return 0
+    return len(expected) + (len(names) > len(expected) and names[len(expected)] == "cors")
 
 
 def grpc_steps(steps: Sequence[Step]) -> list[Step]:

@@ -19,11 +19,15 @@ class CompressionMiddleware:
         self.gzip = GZipMiddleware(app, minimum_size=settings.minimum_size, compresslevel=settings.level)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for name, value in scope["headers"]:
-                if name == b"accept-encoding":
-                    if b"gzip" in value:
-                        await self.gzip(scope, receive, send)
-                        return
-                    break
+        if scope["type"] == "http" and self.enter(scope, receive) is None:
+            await self.gzip(scope, receive, send)
+            return
         await self.app(scope, receive, send)
+
+    def enter(self, scope: Scope, receive: Receive) -> Receive | None:
+        """The step for an HTTP request, as a plain call (``bastion._fused``): ``receive`` when the client does not
+        accept gzip (nothing to do), ``None`` when it does (then this layer runs)."""
+        for name, value in scope["headers"]:
+            if name == b"accept-encoding":
+                return None if b"gzip" in value else receive
+        return receive

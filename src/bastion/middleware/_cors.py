@@ -34,13 +34,13 @@ class _CORS(CORSMiddleware):
 
         async def send_with_vary(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = _vary_origin(list(message.get("headers", ())))
+                message["headers"] = vary_origin(list(message.get("headers", ())))
             await send(message)
 
         await self.app(scope, receive, send_with_vary)
 
 
-def _vary_origin(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+def vary_origin(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """``MutableHeaders(headers)["Vary"] = ", ".join([*getlist("Vary"), "Origin"])`` on the raw list: the merged
     value replaces the first ``vary`` header, later ones are dropped, or it is appended."""
     first = -1

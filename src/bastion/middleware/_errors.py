@@ -172,7 +172,7 @@ class _TrackingSend:
         await self.send(message)
 
 
-_RESPONSE_STARTED = "bastion.response_started"  # the request's ResponseStarted
+RESPONSE_STARTED = "bastion.response_started"  # the request's ResponseStarted
 
 
 def response_started(scope: Scope, send: Send) -> tuple[ResponseStarted, Send]:
@@ -185,9 +185,9 @@ def response_started(scope: Scope, send: Send) -> tuple[ResponseStarted, Send]:
     of its own while calling inward (compression, which holds the start back, sits inside all three). The scope
     holds the record, not the wrapper, so no reference cycle keeps a finished request's scope alive.
     """
-    response: ResponseStarted | None = scope.get(_RESPONSE_STARTED)
+    response: ResponseStarted | None = scope.get(RESPONSE_STARTED)
     if response is None:
-        response = scope[_RESPONSE_STARTED] = ResponseStarted()
+        response = scope[RESPONSE_STARTED] = ResponseStarted()
         return response, _TrackingSend(send, response)
     return response, send
 
@@ -298,6 +298,11 @@ class PanicRecoveryMiddleware:
         try:
             await self.app(scope, receive, inward)
         except Exception as exc:
-            log.error("panic_recovered", path=scope["path"], exception=exception_text(exc))
-            if not response.started:
-                await send_error(send, BastionError(), scope)
+            await recover(exc, scope, response, send)
+
+
+async def recover(exc: Exception, scope: Scope, response: ResponseStarted, send: Send) -> None:
+    """Panic recovery's answer to ``exc``: logged, and a 500 in the error shape unless the response started."""
+    log.error("panic_recovered", path=scope["path"], exception=exception_text(exc))
+    if not response.started:
+        await send_error(send, BastionError(), scope)

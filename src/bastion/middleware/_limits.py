@@ -123,6 +123,11 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.app(scope, self.enter(scope, receive), send)
+
+    def enter(self, scope: Scope, receive: Receive) -> Receive:
+        """The step for an HTTP request, as a plain call (``bastion._fused``): check the declared length, return
+        the ``receive`` that measures the body."""
         limit = self.max_body_bytes
         gauge: JsonDepthGauge | None = None
         for name, value in scope["headers"]:
@@ -147,7 +152,7 @@ class BodyLimitMiddleware:
                     raise JsonTooDeep(f"Request body nests JSON deeper than {gauge.limit} levels")
             return message
 
-        await self.app(scope, limited_receive, send)
+        return limited_receive
 
 
 def is_json_media_type(value: bytes) -> bool:

@@ -47,6 +47,13 @@ class _Traced(NamedTuple):
     log_tokens: Mapping[str, Any]
 
 
+class _Begun(NamedTuple):
+    start: float
+    method: str
+    active: Any
+    traced: _Traced | None
+
+
 class ObserveMiddleware:
     """Request metrics and the access log, from one timer and one look at the response; and the metrics endpoint
     when it is public.
@@ -92,15 +99,11 @@ class ObserveMiddleware:
         if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)
             return
-        metrics = self.metrics
-        if metrics is not None and scope["path"] == self.metrics_path and kind == "http":
-            await serve_metrics(metrics, scope, receive, send)
+        if self.serves_metrics(scope):
+            await serve_metrics(self.metrics, scope, receive, send)  # type: ignore[arg-type]
             return
-        start = time.perf_counter()
-        method = scope.get("method", "GET")
-        active = metrics.request_started(method) if metrics is not None else None
+        begun = self.begin(scope)
         status = 0
-        traced = self._start_span(scope, method) if self.tracer is not None else None
 
         async def send_and_record(message: Message) -> None:
             nonlocal status
@@ -116,17 +119,34 @@ class ObserveMiddleware:
         try:
             await self.app(scope, receive, send_and_record)
         finally:
-            seconds = time.perf_counter() - start
-            route = scope.get(SCOPE_ROUTE)
-            path = scope["path"]
-            template = route.template if route is not None else (path if path in self.builtin_paths else None)
-            if active is not None:
-                active.dec()
-                metrics.request_finished(method, template or "", status or 500, seconds)  # type: ignore[union-attr]
-            if self.log:
-                self._log(scope, kind, method, template, status, seconds)
-            if traced is not None:
-                self._end_span(traced, scope, template, status)
+            self.finish(scope, begun, status)
+
+    def serves_metrics(self, scope: Scope) -> bool:
+        """Whether this request is for the public metrics endpoint (answered here)."""
+        return self.metrics is not None and scope["path"] == self.metrics_path and scope["type"] == "http"
+
+    def begin(self, scope: Scope) -> _Begun:
+        """Start observing a request: its timer, the active-requests gauge, its span."""
+        start = time.perf_counter()
+        method = scope.get("method", "GET")
+        active = self.metrics.request_started(method) if self.metrics is not None else None
+        traced = self._start_span(scope, method) if self.tracer is not None else None
+        return _Begun(start, method, active, traced)
+
+    def finish(self, scope: Scope, begun: _Begun, status: int) -> None:
+        """Record the request once it is over: metrics, the access-log line, the span."""
+        seconds = time.perf_counter() - begun.start
+        method = begun.method
+        route = scope.get(SCOPE_ROUTE)
+        path = scope["path"]
+        template = route.template if route is not None else (path if path in self.builtin_paths else None)
+        if begun.active is not None:
+            begun.active.dec()
+            self.metrics.request_finished(method, template or "", status or 500, seconds)  # type: ignore[union-attr]
+        if self.log:
+            self._log(scope, scope["type"], method, template, status, seconds)
+        if begun.traced is not None:
+            self._end_span(begun.traced, scope, template, status)
 
     def _start_span(self, scope: Scope, method: str) -> _Traced:
         assert self.tracer is not None

@@ -32,6 +32,27 @@ def incoming_request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
     return None
 
 
+def response_headers(message: Message, scope: Scope, protective: Headers, raw: bytes) -> Headers:
+    """The headers of a response start: the handler's (its ``x-request-id`` dropped), what layers further in asked
+    for (``scope[SCOPE_RESPONSE_HEADERS]``), the ``protective`` ones the response does not have and the id."""
+    headers = []
+    present = set()
+    for item in message.get("headers", ()):
+        name = item[0].lower()
+        if name != HEADER:
+            headers.append(item)
+            present.add(name)
+    asked = scope.get(SCOPE_RESPONSE_HEADERS)
+    if asked:
+        headers.extend(asked)
+        present.update(name.lower() for name, _ in asked)
+    for item in protective:
+        if item[0] not in present:
+            headers.append(item)
+    headers.append((HEADER, raw))
+    return headers
+
+
 class RequestIdMiddleware:
     """Give every HTTP request an id, and every response its headers.
 
@@ -51,6 +72,10 @@ class RequestIdMiddleware:
         self.plain: Headers = plain
         self.secure: Headers = plain + tls
 
+    def protective(self, scope: Scope) -> Headers:
+        """The security headers for this request (HSTS only over TLS)."""
+        return self.secure if scope.get("scheme") in ("https", "wss") else self.plain
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
@@ -60,26 +85,11 @@ class RequestIdMiddleware:
         raw = request_id.encode("ascii")
         start = RESPONSE_START[scope["type"]]
 
-        protective = self.secure if scope.get("scheme") in ("https", "wss") else self.plain
+        protective = self.protective(scope)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == start:
-                headers = []
-                present = set()
-                for item in message.get("headers", ()):
-                    name = item[0].lower()
-                    if name != HEADER:
-                        headers.append(item)
-                        present.add(name)
-                asked = scope.get(SCOPE_RESPONSE_HEADERS)
-                if asked:
-                    headers.extend(asked)
-                    present.update(name.lower() for name, _ in asked)
-                for item in protective:
-                    if item[0] not in present:
-                        headers.append(item)
-                headers.append((HEADER, raw))
-                message["headers"] = headers
+                message["headers"] = response_headers(message, scope, protective, raw)
             await send(message)
 
         tokens = structlog.contextvars.bind_contextvars(request_id=request_id)

@@ -94,30 +94,46 @@ class DeprecationMiddleware:
         if version is None:
             await self.app(scope, receive, send)
             return
-        scope[SCOPE_API_VERSION] = version
+        if not self.metrics.version_callers:
+            self._tag(scope, version)
+            await self.app(scope, receive, send)
+            return
         deprecation = self.api.versions[version].deprecation
         replacement = deprecation.replacement if deprecation is not None else None
-        if not self.metrics.version_callers:
-            self.metrics.version_request(version, replacement)
         try:
-            if deprecation is None:
-                await self.app(scope, receive, send)
-                return
-            log.warning(
-                "deprecated_api_version_accessed",
-                path=scope["path"],
-                deprecated_version=f"v{version}",
-                replacement_version=f"v{deprecation.replacement}",
-                sunset_date=deprecation.sunset_rfc3339,
-                message=deprecation.message,
-            )
-            # On every response of the request, errors included; the request-id step adds them.
-            headers = self.api.deprecation_headers(version, self.form)
-            scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *headers]
-            gone = deprecation.gone(version, self.clock())
-            if gone is not None:
-                raise Gone(gone)
+            self._tag(scope, version)
             await self.app(scope, receive, send)
         finally:
-            if self.metrics.version_callers:
-                self.metrics.version_request(version, replacement, caller_of(scope))
+            self.metrics.version_request(version, replacement, caller_of(scope))
+
+    def enter(self, scope: Scope, receive: Receive) -> Receive | None:
+        """The step for an HTTP request, as a plain call (``bastion._fused``); ``None`` when it counts the request
+        by its caller once it is over (``metrics.version_callers``: then this layer runs)."""
+        if self.metrics.version_callers:
+            return None
+        version = self._version_of(scope["path"])
+        if version is not None:
+            self._tag(scope, version)
+        return receive
+
+    def _tag(self, scope: Scope, version: int) -> None:
+        scope[SCOPE_API_VERSION] = version
+        deprecation = self.api.versions[version].deprecation
+        if not self.metrics.version_callers:
+            self.metrics.version_request(version, deprecation.replacement if deprecation is not None else None)
+        if deprecation is None:
+            return
+        log.warning(
+            "deprecated_api_version_accessed",
+            path=scope["path"],
+            deprecated_version=f"v{version}",
+            replacement_version=f"v{deprecation.replacement}",
+            sunset_date=deprecation.sunset_rfc3339,
+            message=deprecation.message,
+        )
+        # On every response of the request, errors included; the request-id step adds them.
+        headers = self.api.deprecation_headers(version, self.form)
+        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *headers]
+        gone = deprecation.gone(version, self.clock())
+        if gone is not None:
+            raise Gone(gone)

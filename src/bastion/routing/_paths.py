@@ -52,3 +52,8 @@ class PathNormalizationMiddleware:
         if scope["type"] in ("http", "websocket"):
             scope["path"] = canonical_path(scope["path"])
         await self.app(scope, receive, send)
+
+    def enter(self, scope: Scope, receive: Receive) -> Receive:
+        """The step for an HTTP request, as a plain call (``bastion._fused``)."""
+        scope["path"] = canonical_path(scope["path"])
+        return receive

@@ -178,6 +178,11 @@ class RouteResolutionMiddleware:
         self.app = app
         self.table = table
 
+    def enter(self, scope: Scope, receive: Receive) -> Receive:
+        """The step for an HTTP request, as a plain call (``bastion._fused``)."""
+        scope[SCOPE_ROUTE] = self.table.resolve(scope["method"], route_path(scope))
+        return receive
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope[SCOPE_ROUTE] = self.table.resolve(scope["method"], route_path(scope))
