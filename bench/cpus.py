@@ -51,14 +51,15 @@ def placement(workers: int = 1, *, available: Sequence[int] | None = None, pin: 
     """The placement of a row whose server runs ``workers`` worker processes.
 
     One worker: :data:`DEFAULT`. More: with ``workers + 1`` CPUs or more (``available``, default this process's
-    affinity), the load generator on the first and the workers on the next ``workers``, one each; with fewer, or
-    pinning off, every process floats over every CPU and ``unmeasurable`` says why.
+    affinity), the load generator on the first and the workers on the next ``workers`` (as many CPUs as workers);
+    with fewer, or pinning off, every process floats over every CPU and ``unmeasurable`` says why.
     """
     if workers <= 1:
         return DEFAULT
     cpus = frozenset(_ALL if available is None else available)
     if not pin:
-        return Placement(loadgen=cpus, servers=cpus, pinned=False, unmeasurable="pinning off (BENCH_PIN=0)")
+        reason = "not measurable with pinning off (BENCH_PIN=0)"
+        return Placement(loadgen=cpus, servers=cpus, pinned=False, unmeasurable=reason)
     if len(cpus) < workers + 1:
         reason = f"not measurable on {len(cpus)} cores: the load generator and {_count(workers)} workers share them"
         return Placement(loadgen=cpus, servers=cpus, pinned=False, unmeasurable=reason)
