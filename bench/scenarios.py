@@ -20,7 +20,16 @@ from typing import Literal
 import httpx
 
 from bench import brokerload, cpus
-from bench.processes import REPO, ServerProcess, accepting, children, free_port, port_open, venv_script
+from bench.processes import (
+    REPO,
+    STARTUP_TIMEOUT_SECS,
+    ServerProcess,
+    accepting,
+    children,
+    free_port,
+    port_open,
+    venv_script,
+)
 
 EXAMPLE_APP = "examples.documents_api:service"
 EXAMPLE_CONFIG = "examples/documents_api/config.toml"
@@ -192,7 +201,10 @@ def _bastion(
     server = ServerProcess("bastion", argv, log_path=ws.log("bastion"), env=full_env, placement=placement)
     try:
         try:
-            server.wait_ready(_workers_accepting(server, port, workers) if workers > 1 else lambda: port_open(port))
+            if workers > 1:  # the supervisor builds the app once to fail early, then each worker builds its own
+                server.wait_ready(_workers_accepting(server, port, workers), timeout=STARTUP_TIMEOUT_SECS * workers)
+            else:
+                server.wait_ready(lambda: port_open(port))
         except RuntimeError as exc:
             if distributed and "does not provide" in str(exc):
                 raise NotAvailable("n/a (limiter not yet available)") from None
