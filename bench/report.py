@@ -138,7 +138,7 @@ def targets(results: dict[str, RowResult]) -> str:
         p99 = goal.metric == "p99"
         relation = f"p99 <= {goal.factor}x" if p99 else f">= {goal.factor}x"
         head = f"- `{goal.row}` {relation} `{goal.against}`"
-        if row is None or base is None or not row.measured or not base.measured or not base.rate:
+        if row is None or base is None or not row.samples or not base.samples or not base.rate:
             lines.append(f"{head}: not measured (validly) in this run")
             continue
         if p99:
@@ -147,8 +147,8 @@ def targets(results: dict[str, RowResult]) -> str:
         else:
             ratio = row.rate / base.rate
             met = ratio >= goal.factor
-        unmeasurable = row.placement.unmeasurable or base.placement.unmeasurable
-        verdict = unmeasurable or ("met" if met else "MISSED")
+        invalid = None if row.measured and base.measured else "not valid (a row failed or had errors: see the table)"
+        verdict = invalid or row.placement.unmeasurable or base.placement.unmeasurable or ("met" if met else "MISSED")
         lines.append(f"{head}: {ratio:.2f}x, {verdict}")
     return "\n".join(lines)
 

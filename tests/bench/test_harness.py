@@ -106,6 +106,14 @@ def test_a_p99_target_compares_median_tails_and_a_rate_target_median_rates() -> 
     assert "- `bastion-secured` >= 1.3x `fastapi`: not measured (validly) in this run" in lines
 
 
+def test_a_target_over_a_row_with_failures_shows_its_figure_but_no_verdict() -> None:
+    failed = _row("bastion-secured", 700, 13.0)
+    failed.samples.append(dataclasses.replace(failed.samples[0], non_2xx=3))
+    lines = report.targets({"starlette": _row("starlette", 1000, 10.0), "bastion-secured": failed}).splitlines()
+    verdict = "0.70x, not valid (a row failed or had errors: see the table)"
+    assert f"- `bastion-secured` >= 0.6x `starlette`: {verdict}" in lines
+
+
 def test_two_workers_are_placed_one_cpu_each_away_from_the_load_generator_given_three_cpus() -> None:
     placement = cpus.placement(2, available=[3, 0, 1, 2], pin=True)
     assert (placement.loadgen, placement.servers, placement.pinned) == ({0}, {1, 2}, True)
