@@ -132,9 +132,10 @@ def run_row(scenario: Scenario, ws: Workspace, options: Options, row: RowResult)
         wall = time.perf_counter() - started
         busy_after = machine_busy_seconds()
         used = {name: (_cpu(pids) - before[name]) / wall for name, pids in watched.items()}
-        if parts:
-            shares = [(_cpu(pids) - before[name]) / wall * 100 for name, pids in parts.items()]
-            row.note("parts", f"{' / '.join(parts)} CPU ~{' / '.join(f'{share:.0f}%' for share in shares)}")
+        if parts:  # every round's split: the kernel hands the connections to whichever worker accepts first
+            split = " / ".join(f"{(_cpu(pids) - before[name]) / wall * 100:.0f}%" for name, pids in parts.items())
+            earlier = row.notes.get("parts", "").partition(": ")[2]
+            row.note("parts", f"{' / '.join(parts)} CPU per round: {earlier + ', ' if earlier else ''}{split}")
         other = math.nan
         if busy_before is not None and busy_after is not None:
             other = max(0.0, (busy_after - busy_before) / wall - sum(used.values()) - sample.loadgen_cpu)

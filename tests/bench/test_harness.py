@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 
@@ -61,7 +62,7 @@ def test_the_two_worker_row_measures_both_workers(results: dict[str, report.RowR
     row = results["bastion-secured (2 workers)"]
     assert row.placement == cpus.placement(2)
     shares = row.notes["parts"]
-    assert shares.startswith("worker 1 / worker 2 CPU ~"), shares
+    assert re.fullmatch(r"worker 1 / worker 2 CPU per round: \d+% / \d+%", shares), shares
 
 
 def test_profile_folds_collapsed_stacks_by_layer_file_and_function() -> None:
