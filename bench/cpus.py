@@ -58,7 +58,7 @@ def placement(workers: int = 1, *, available: Sequence[int] | None = None, pin: 
         return DEFAULT
     cpus = frozenset(_ALL if available is None else available)
     if not pin:
-        reason = "not measurable with pinning off (BENCH_PIN=0)"
+        reason = "not measurable with pinning off, BENCH_PIN=0"
         return Placement(loadgen=cpus, servers=cpus, pinned=False, unmeasurable=reason)
     if len(cpus) < workers + 1:
         reason = f"not measurable on {len(cpus)} cores: the load generator and {_count(workers)} workers share them"
