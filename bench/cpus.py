@@ -4,12 +4,17 @@ On a machine with two or more CPUs the load generator gets the first and every s
 (``sched_setaffinity`` at start, inherited by their threads and workers): the two never take turns on one core,
 and the kernel does not move a server between cores mid-run. Same-run ratios then spread less from round to
 round. ``BENCH_PIN=0`` turns it off (both float over every CPU).
+
+A row of several workers (``bastion run --workers 2``) needs a CPU per worker besides the load generator's to say
+how the workers scale: :func:`placement` gives it the first CPU for the load generator and the next ones for its
+workers, or, on a machine with fewer CPUs, no pinning and the reason its scaling cannot be measured there.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 _ALL = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 PINNED = len(_ALL) >= 2 and os.environ.get("BENCH_PIN", "1") != "0"
@@ -17,10 +22,56 @@ LOADGEN_CPUS = {_ALL[0]} if PINNED else set(_ALL)
 SERVER_CPUS = set(_ALL[1:]) if PINNED else set(_ALL)
 
 
-def _pin(cpus: set[int]) -> Callable[[], None] | None:
-    if not PINNED:
-        return None
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """Where one row's load generator and servers run; ``unmeasurable`` says why a scaling target cannot be
+    checked with it (``None``: it can)."""
 
+    loadgen: frozenset[int]
+    servers: frozenset[int]
+    pinned: bool
+    unmeasurable: str | None = None
+
+    def loadgen_preexec(self) -> Callable[[], None] | None:
+        return _pin(set(self.loadgen)) if self.pinned else None
+
+    def server_preexec(self) -> Callable[[], None] | None:
+        return _pin(set(self.servers)) if self.pinned else None
+
+    def describe(self, servers: str = "servers") -> str:
+        if not self.pinned:
+            return f"not pinned ({self.unmeasurable})" if self.unmeasurable else "not pinned"
+        return f"load generator on CPU {sorted(self.loadgen)}, {servers} on CPU {sorted(self.servers)}"
+
+
+DEFAULT = Placement(loadgen=frozenset(LOADGEN_CPUS), servers=frozenset(SERVER_CPUS), pinned=PINNED)
+
+
+def placement(workers: int = 1, *, available: Sequence[int] | None = None, pin: bool = PINNED) -> Placement:
+    """The placement of a row whose server runs ``workers`` worker processes.
+
+    One worker: :data:`DEFAULT`. More: with ``workers + 1`` CPUs or more (``available``, default this process's
+    affinity), the load generator on the first and the workers on the next ``workers`` (as many CPUs as workers);
+    with fewer, or pinning off, every process floats over every CPU and ``unmeasurable`` says why.
+    """
+    if workers <= 1:
+        return DEFAULT
+    cpus = frozenset(_ALL if available is None else available)
+    if not pin:
+        reason = "not measurable with pinning off, BENCH_PIN=0"
+        return Placement(loadgen=cpus, servers=cpus, pinned=False, unmeasurable=reason)
+    if len(cpus) < workers + 1:
+        reason = f"not measurable on {len(cpus)} cores: the load generator and {_count(workers)} workers share them"
+        return Placement(loadgen=cpus, servers=cpus, pinned=False, unmeasurable=reason)
+    ordered = sorted(cpus)
+    return Placement(loadgen=frozenset(ordered[:1]), servers=frozenset(ordered[1 : workers + 1]), pinned=True)
+
+
+def _count(number: int) -> str:
+    return {2: "two", 3: "three", 4: "four"}.get(number, str(number))
+
+
+def _pin(cpus: set[int]) -> Callable[[], None]:
     def pin() -> None:
         os.sched_setaffinity(0, cpus)
 
@@ -29,15 +80,13 @@ def _pin(cpus: set[int]) -> Callable[[], None] | None:
 
 def server_preexec() -> Callable[[], None] | None:
     """``preexec_fn`` for a server process."""
-    return _pin(SERVER_CPUS)
+    return DEFAULT.server_preexec()
 
 
 def loadgen_preexec() -> Callable[[], None] | None:
     """``preexec_fn`` for a load generator."""
-    return _pin(LOADGEN_CPUS)
+    return DEFAULT.loadgen_preexec()
 
 
 def describe() -> str:
-    if not PINNED:
-        return "not pinned"
-    return f"load generator on CPU {sorted(LOADGEN_CPUS)}, servers on CPU {sorted(SERVER_CPUS)}"
+    return DEFAULT.describe()

@@ -35,7 +35,7 @@ class Options:
     """How long and how often to measure; the defaults are ``make bench``'s."""
 
     rounds: int = 3
-    duration: float = 6.0
+    duration: float = 5.0
     warmup: float = 1.0
     connections: int = 32
     loadgen: str = "auto"
@@ -53,8 +53,15 @@ class Options:
             f"{self.rounds} round(s), rotated order; "
             f"{self.duration:g} s timed after {self.warmup:g} s warm-up per row; "
             f"HTTP: {generator}, 1 thread, {self.connections} keep-alive connections; SMTP: bench.smtpload; "
-            f"servers: 1 worker on 127.0.0.1; {cpus.describe()}"
+            f"servers: 1 worker on 127.0.0.1 unless the row says otherwise; {self.pinning()}"
             + (f"; waits up to {self.settle_secs:g} s for a quiet machine before each row" if self.settle_secs else "")
+        )
+
+    def pinning(self) -> str:
+        """Where the load generator and the servers run: the default, then each multi-worker row's own."""
+        rows = [s for s in SCENARIOS if s.workers > 1 and (not self.rows or s.name in self.rows)]
+        return "; ".join(
+            [cpus.describe()] + [f"`{s.name}`: {cpus.placement(s.workers).describe('workers')}" for s in rows]
         )
 
 
@@ -84,6 +91,7 @@ def _load(scenario: Scenario, target: Target, seconds: float, options: Options) 
         connections=scenario.connections or options.connections,
         headers=target.headers,
         use_wrk=_use_wrk(options),
+        placement=cpus.placement(scenario.workers),
     )
 
 
@@ -115,7 +123,8 @@ def run_row(scenario: Scenario, ws: Workspace, options: Options, row: RowResult)
         if options.warmup > 0:
             _load(scenario, target, options.warmup, options)
         watched = {"server": target.measured, **{name: [pid] for name, pid in target.helpers.items()}}
-        before = {name: _cpu(pids) for name, pids in watched.items()}
+        parts = {name: [pid] for name, pid in target.parts.items()}
+        before = {name: _cpu(pids) for name, pids in (watched | parts).items()}
         counted = target.counter() if target.counter is not None else 0
         busy_before = machine_busy_seconds()
         started = time.perf_counter()
@@ -123,6 +132,10 @@ def run_row(scenario: Scenario, ws: Workspace, options: Options, row: RowResult)
         wall = time.perf_counter() - started
         busy_after = machine_busy_seconds()
         used = {name: (_cpu(pids) - before[name]) / wall for name, pids in watched.items()}
+        if parts:  # every round's split: the kernel hands the connections to whichever worker accepts first
+            split = " / ".join(f"{(_cpu(pids) - before[name]) / wall * 100:.0f}%" for name, pids in parts.items())
+            earlier = row.notes.get("parts", "").partition(": ")[2]
+            row.note("parts", f"{' / '.join(parts)} CPU per round: {earlier + ', ' if earlier else ''}{split}")
         other = math.nan
         if busy_before is not None and busy_after is not None:
             other = max(0.0, (busy_after - busy_before) / wall - sum(used.values()) - sample.loadgen_cpu)
@@ -145,7 +158,9 @@ def run_row(scenario: Scenario, ws: Workspace, options: Options, row: RowResult)
 def run(options: Options, *, workspace: Path | None = None) -> dict[str, RowResult]:
     """Run every selected row ``options.rounds`` times, interleaved; never raises for one row's failure."""
     chosen = [s for s in SCENARIOS if not options.rows or s.name in options.rows]
-    results = {s.name: RowResult(scenario=s, unavailable=s.unavailable) for s in chosen}
+    results = {
+        s.name: RowResult(scenario=s, unavailable=s.unavailable, placement=cpus.placement(s.workers)) for s in chosen
+    }
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         ws = Workspace.create(workspace or Path(tmp))
         runnable = [s for s in chosen if s.start is not None]
@@ -158,6 +173,7 @@ def run(options: Options, *, workspace: Path | None = None) -> dict[str, RowResu
                 if options.settle_secs > 0 and settle(options.settle_secs) >= QUIET_CORES:
                     row.note("busy", "machine busy with other work before some runs (see other CPU)")
                 print(f"  round {number + 1}/{options.rounds}: {scenario.name} ...", file=sys.stderr, flush=True)
+                began = time.monotonic()
                 try:
                     run_row(scenario, ws, options, row)
                 except NotAvailable as exc:
@@ -165,10 +181,15 @@ def run(options: Options, *, workspace: Path | None = None) -> dict[str, RowResu
                 except Exception as exc:  # one broken row must not hide the others
                     row.failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
                     print(f"  {scenario.name} failed: {exc}", file=sys.stderr)
+                # What each row costs the run, start-up and stop included (make bench's budget: bench/README.md).
+                print(f"    {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
     return results
 
 
-def document(results: dict[str, RowResult], options: Options, *, profile: str | None, when: datetime) -> str:
+def document(
+    results: dict[str, RowResult], options: Options, *, profile: str | None, when: datetime, took: float | None = None
+) -> str:
+    """The results file; ``took`` (seconds, rounds and profiles) goes into its header."""
     parts = [
         f"# Benchmark results, {when:%Y-%m-%d %H:%M} UTC",
         "",
@@ -178,6 +199,7 @@ def document(results: dict[str, RowResult], options: Options, *, profile: str | 
         "MailRelay. CPU is the share of one core over the timed run.",
         "",
         report.environment(options.describe()),
+        *([f"- Took: {took / 60:.1f} min (every round and the profiles)"] if took is not None else []),
         "",
         report.table(results),
         "",
@@ -223,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.loadgen == "auto" and not loadgen.wrk_available():
         print("wrk not found: HTTP rows use the Python load generator (bench/pyload.py)", file=sys.stderr)
     when = datetime.now(UTC)
+    began = time.monotonic()
     print(f"bench: {options.describe()}", file=sys.stderr)
     results = run(options)
     profile_text = None
@@ -234,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  profiling {name} for {options.profile_secs:g} s ...", file=sys.stderr, flush=True)
             sections.append(profile(name, options.profile_secs, connections=options.connections))
         profile_text = "\n".join(sections)
-    text = document(results, options, profile=profile_text, when=when)
+    text = document(results, options, profile=profile_text, when=when, took=time.monotonic() - began)
     print(text)
     if options.write:
         args.out.mkdir(parents=True, exist_ok=True)

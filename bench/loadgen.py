@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.cpus import loadgen_preexec
+from bench.cpus import DEFAULT, Placement
 from bench.processes import REPO
 
 GRACE_SECS = 15.0
@@ -25,10 +25,11 @@ WRK_THREADS = 1
 WRK_SCRIPT = """
 done = function(summary, latency, requests)
   io.write(string.format(
-    '\\n{"requests": %d, "seconds": %f, "non_2xx": %d, "errors": %d, "p50_ms": %f, "p99_ms": %f}\\n',
+    '\\n{"requests": %d, "seconds": %f, "non_2xx": %d, "errors": %d, "p50_ms": %f, "p99_ms": %f, '
+    .. '"p999_ms": %f, "max_ms": %f}\\n',
     summary.requests, summary.duration / 1e6, summary.errors.status,
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    latency:percentile(50) / 1e3, latency:percentile(99) / 1e3))
+    latency:percentile(50) / 1e3, latency:percentile(99) / 1e3, latency:percentile(99.9) / 1e3, latency.max / 1e3))
 end
 """
 
@@ -44,6 +45,9 @@ class Sample:
     p50_ms: float
     p99_ms: float
     loadgen: str
+    p999_ms: float = math.nan
+    max_ms: float = math.nan
+    """p99.9 and the slowest request; ``nan`` when the generator does not report them (the broker rows)."""
     loadgen_cpu: float = math.nan
     server_cpu: float = math.nan
     other_cpu: float = math.nan
@@ -67,7 +71,7 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _run(argv: list[str], *, name: str, timeout: float) -> Sample:
+def _run(argv: list[str], *, name: str, timeout: float, placement: Placement = DEFAULT) -> Sample:
     before = _children_cpu()
     proc = subprocess.run(
         argv,
@@ -76,7 +80,7 @@ def _run(argv: list[str], *, name: str, timeout: float) -> Sample:
         text=True,
         timeout=timeout,
         check=False,
-        preexec_fn=loadgen_preexec(),
+        preexec_fn=placement.loadgen_preexec(),
     )
     used = _children_cpu() - before
     if proc.returncode != 0:
@@ -94,29 +98,38 @@ def _run(argv: list[str], *, name: str, timeout: float) -> Sample:
         errors=int(data["errors"]),
         p50_ms=float(data["p50_ms"]),
         p99_ms=float(data["p99_ms"]),
+        p999_ms=float(data.get("p999_ms", math.nan)),
+        max_ms=float(data.get("max_ms", math.nan)),
         loadgen=name,
         loadgen_cpu=used / seconds if seconds > 0 else math.nan,
     )
 
 
 def http_load(
-    url: str, *, duration: float, connections: int, headers: dict[str, str], use_wrk: bool | None = None
+    url: str,
+    *,
+    duration: float,
+    connections: int,
+    headers: dict[str, str],
+    use_wrk: bool | None = None,
+    placement: Placement = DEFAULT,
 ) -> Sample:
-    """Load ``url`` with GETs for ``duration`` seconds over ``connections`` keep-alive connections."""
+    """Load ``url`` with GETs for ``duration`` seconds over ``connections`` keep-alive connections, from the CPUs
+    ``placement`` gives the load generator."""
     header_args = [item for name, value in headers.items() for item in ("-H", f"{name}: {value}")]
     if use_wrk is None:
         use_wrk = wrk_available()
     if not use_wrk:
         argv = [sys.executable, "-m", "bench.pyload", url, "--duration", str(duration)]
         argv += ["--connections", str(connections), *header_args]
-        return _run(argv, name="pyload", timeout=duration + GRACE_SECS)
+        return _run(argv, name="pyload", timeout=duration + GRACE_SECS, placement=placement)
     with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="bench-wrk-", delete=False) as script:
         script.write(WRK_SCRIPT)
     try:
         seconds = max(1, math.ceil(duration))
         argv = ["wrk", f"-t{WRK_THREADS}", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s"]
         argv += ["-s", script.name, *header_args, url]
-        return _run(argv, name="wrk", timeout=seconds + GRACE_SECS)
+        return _run(argv, name="wrk", timeout=seconds + GRACE_SECS, placement=placement)
     finally:
         Path(script.name).unlink(missing_ok=True)
 

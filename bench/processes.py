@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.cpus import server_preexec
+from bench.cpus import DEFAULT, Placement
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_SECS = 20.0
@@ -50,6 +51,58 @@ def machine_busy_seconds() -> float | None:
     return (sum(fields[:8]) - idle) / _TICKS
 
 
+def children(pid: int) -> list[int]:
+    """PIDs of the live processes whose parent is ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes listening on ``port`` (any local address), from ``/proc/net/tcp`` and ``tcp6``."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def accepting(pid: int, port: int) -> bool:
+    """Whether process ``pid`` waits for connections on ``port``: one of its epoll sets watches the listening
+    socket (Linux ``/proc``), as a server worker's event loop does once it serves; an inherited socket alone is
+    not enough."""
+    sockets = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    listening, watched = set(), set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            link = os.readlink(fd)
+            if link in sockets:
+                listening.add(fd.name)
+            elif link == "anon_inode:[eventpoll]":
+                watched.update(re.findall(r"tfd:\s*(\d+)", Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()))
+        except OSError:  # closed meanwhile
+            continue
+    return bool(listening & watched)
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)
@@ -68,6 +121,7 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         port: int = 0,
         cwd: Path = REPO,
+        placement: Placement = DEFAULT,
     ) -> None:
         self.name = name
         self.port = port
@@ -80,7 +134,7 @@ class ServerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=server_preexec(),
+            preexec_fn=placement.server_preexec(),
         )
 
     @property

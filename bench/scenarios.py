@@ -19,8 +19,17 @@ from typing import Literal
 
 import httpx
 
-from bench import brokerload
-from bench.processes import REPO, ServerProcess, free_port, port_open, venv_script
+from bench import brokerload, cpus
+from bench.processes import (
+    REPO,
+    STARTUP_TIMEOUT_SECS,
+    ServerProcess,
+    accepting,
+    children,
+    free_port,
+    port_open,
+    venv_script,
+)
 
 EXAMPLE_APP = "examples.documents_api:service"
 EXAMPLE_CONFIG = "examples/documents_api/config.toml"
@@ -80,6 +89,8 @@ class Target:
     """``(counted during the timed run, completed requests) -> note`` for the row."""
     broker: brokerload.Broker | None = None
     """The broker rows' server, whose consumer's acknowledgements are the row's rate."""
+    parts: dict[str, int] = field(default_factory=dict)
+    """Processes among ``measured`` whose own CPU share goes into the notes (each worker of a multi-worker row)."""
 
 
 Start = Callable[[Workspace], contextlib.AbstractContextManager[Target]]
@@ -87,7 +98,8 @@ Start = Callable[[Workspace], contextlib.AbstractContextManager[Target]]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
-    """One row: ``kind`` says which load generator drives it; ``ceiling`` names the row it is compared with."""
+    """One row: ``kind`` says which load generator drives it; ``ceiling`` names the row it is compared with;
+    ``workers`` how many worker processes its server runs (the CPUs they get: :func:`bench.cpus.placement`)."""
 
     name: str
     kind: Literal["http", "grpc", "smtp", "broker", "none"]
@@ -95,6 +107,7 @@ class Scenario:
     connections: int | None = None
     ceiling: str | None = None
     unavailable: str | None = None
+    workers: int = 1
 
 
 def _probe(url: str, headers: dict[str, str]) -> httpx.Response:
@@ -166,16 +179,32 @@ def _has_ratelimit_headers(response: httpx.Response) -> bool:
     return any(name.lower().startswith("x-ratelimit-") for name in response.headers)
 
 
+def _workers_accepting(server: ServerProcess, port: int, workers: int) -> Callable[[], bool]:
+    """Ready once ``workers`` children of the supervisor wait for connections on ``port`` (it binds the port
+    before they start, so an open port alone says nothing)."""
+
+    def ready() -> bool:
+        return sum(accepting(pid, port) for pid in children(server.pid)) >= workers
+
+    return ready
+
+
 @contextlib.contextmanager
-def _bastion(ws: Workspace, env: dict[str, str], *, secured: bool, distributed: bool = False) -> Iterator[Target]:
+def _bastion(
+    ws: Workspace, env: dict[str, str], *, secured: bool, distributed: bool = False, workers: int = 1
+) -> Iterator[Target]:
     port = free_port()
     argv = [venv_script("bastion"), "run", EXAMPLE_APP, "--config", EXAMPLE_CONFIG]
-    argv += ["--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--host", "127.0.0.1", "--port", str(port)] + (["--workers", str(workers)] if workers > 1 else [])
     full_env = {**BASTION_COMMON, "SERVICE_TOKEN_PUBLIC_KEY_PATH": str(ws.public_key), **env}
-    server = ServerProcess("bastion", argv, log_path=ws.log("bastion"), env=full_env)
+    placement = cpus.placement(workers)
+    server = ServerProcess("bastion", argv, log_path=ws.log("bastion"), env=full_env, placement=placement)
     try:
         try:
-            server.wait_ready(lambda: port_open(port))
+            if workers > 1:  # the supervisor builds the app once to fail early, then each worker builds its own
+                server.wait_ready(_workers_accepting(server, port, workers), timeout=STARTUP_TIMEOUT_SECS * workers)
+            else:
+                server.wait_ready(lambda: port_open(port))
         except RuntimeError as exc:
             if distributed and "does not provide" in str(exc):
                 raise NotAvailable("n/a (limiter not yet available)") from None
@@ -184,6 +213,10 @@ def _bastion(ws: Workspace, env: dict[str, str], *, secured: bool, distributed: 
         headers = {"Authorization": f"Bearer {ws.token}"} if secured else {}
         response = _probe(url, headers)
         target = Target(url=url, headers=headers, measured=[server.pid])
+        if workers > 1:
+            pids = [pid for pid in children(server.pid) if accepting(pid, port)]
+            target.measured += pids
+            target.parts = {f"worker {number}": pid for number, pid in enumerate(pids, 1)}
         if secured and not _has_ratelimit_headers(response):
             if distributed:
                 raise NotAvailable("n/a (limiter not yet available)")
@@ -206,15 +239,22 @@ def bastion_open(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
     return _bastion(ws, env, secured=False)
 
 
+SECURED = {
+    "SERVICE_TOKEN_ENABLED": "true",
+    "SERVICE_POLICY_ENABLED": "true",
+    # Like the peer stack: no revocation here; the distributed row adds it against Valkey.
+    "SERVICE_TOKEN_REVOCATION_ENABLED": "false",
+    **LIMITS_NEVER_TRIP,
+}
+
+
 def bastion_secured(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
-    env = {
-        "SERVICE_TOKEN_ENABLED": "true",
-        "SERVICE_POLICY_ENABLED": "true",
-        # Like the peer stack: no revocation here; the distributed row adds it against Valkey.
-        "SERVICE_TOKEN_REVOCATION_ENABLED": "false",
-        **LIMITS_NEVER_TRIP,
-    }
-    return _bastion(ws, env, secured=True)
+    return _bastion(ws, SECURED, secured=True)
+
+
+def bastion_secured_workers(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    """``bastion-secured`` served by ``bastion run --workers 2`` (each worker its own local rate limiter)."""
+    return _bastion(ws, SECURED, secured=True, workers=2)
 
 
 def bastion_secured_logged(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
@@ -472,6 +512,14 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="peer-stack", kind="http", start=peer_stack, ceiling="raw"),
     Scenario(name="bastion-open", kind="http", start=bastion_open, ceiling="raw"),
     Scenario(name="bastion-secured", kind="http", start=bastion_secured, ceiling="raw"),
+    # Issue 35: a second worker scales (>= 1.6x one worker; pinned away from the load generator on 3+ CPUs).
+    Scenario(
+        name="bastion-secured (2 workers)",
+        kind="http",
+        start=bastion_secured_workers,
+        ceiling="bastion-secured",
+        workers=2,
+    ),
     Scenario(name="bastion-secured access-log", kind="http", start=bastion_secured_logged, ceiling="bastion-secured"),
     Scenario(name="bastion-secured-distributed", kind="http", start=bastion_secured_distributed, ceiling="raw"),
     Scenario(name="grpclib-bare", kind="grpc", start=grpc_bare),

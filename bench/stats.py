@@ -11,7 +11,7 @@ def percentile(ordered: Sequence[float], pct: float) -> float:
     """Nearest-rank percentile of an already sorted sequence; ``nan`` when it is empty."""
     if not ordered:
         return math.nan
-    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    rank = max(1, math.ceil(round(pct * len(ordered) / 100, 9)))  # rounded: 99.9 % of 2000 is rank 1998, not 1999
     return ordered[rank - 1]
 
 
@@ -28,7 +28,8 @@ def spread_pct(values: Sequence[float]) -> float:
 
 
 def load_result(latencies: Sequence[float], *, seconds: float, non_2xx: int, errors: int) -> dict[str, float]:
-    """The JSON line every load generator prints: counts, elapsed seconds and p50/p99 in milliseconds."""
+    """The JSON line every load generator prints: counts, elapsed seconds, and p50, p99, p99.9 and the slowest
+    request in milliseconds."""
     ordered = sorted(latencies)
     return {
         "requests": len(ordered),
@@ -37,4 +38,6 @@ def load_result(latencies: Sequence[float], *, seconds: float, non_2xx: int, err
         "errors": errors,
         "p50_ms": percentile(ordered, 50) * 1e3,
         "p99_ms": percentile(ordered, 99) * 1e3,
+        "p999_ms": percentile(ordered, 99.9) * 1e3,
+        "max_ms": (ordered[-1] if ordered else math.nan) * 1e3,
     }

@@ -7,13 +7,17 @@ test needs no wrk. The peer stack needs the ``bench`` extra (PyJWT, slowapi) and
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 
 import pytest
 
-from bench import brokerload, harness, loadgen, profile, report, scenarios, stats
+from bench import brokerload, cpus, harness, loadgen, profile, report, scenarios, stats
 
 SMOKE = harness.Options(rounds=1, duration=0.3, warmup=0.0, connections=4, loadgen="python", write=False)
-NAMES = [scenario.name for scenario in scenarios.SCENARIOS]
+NAMES = [scenario.name for scenario in scenarios.SCENARIOS if scenario.workers == 1]
+MULTI_WORKER = tuple(scenario.name for scenario in scenarios.SCENARIOS if scenario.workers > 1)
+"""Run by a fixture of their own: each starts several workers, each of which builds the app."""
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +47,33 @@ def test_scenario_produces_a_number_or_says_why_not(results: dict[str, report.Ro
 def test_document_has_one_table_row_per_scenario_and_every_target(results: dict[str, report.RowResult]) -> None:
     from datetime import UTC, datetime
 
-    text = harness.document(results, SMOKE, profile=None, when=datetime(2026, 1, 2, tzinfo=UTC))
+    text = harness.document(results, SMOKE, profile=None, when=datetime(2026, 1, 2, tzinfo=UTC), took=90.0)
     table_rows = report.table(results).splitlines()[2:]
     assert [line.split(" | ")[0].lstrip("| ") for line in table_rows] == list(results)
     assert text.count("`bastion-secured` >= ") == 3
-    assert "`bastion-secured` >= 1.0x `fastapi-documents`" in text
-    assert "`bastion-secured` p99 <= 1.5x `fastapi-documents`" in text
-    assert "`mailrelay (4 conn)` >= 0.5x" in text
+    assert "`bastion-secured` >= 1.3x `fastapi`" in text
+    assert "`bastion-secured` p99 <= 1.2x `starlette`" in text
+    assert "`bastion-secured (2 workers)` >= 1.6x `bastion-secured`" in text
+    assert "`mailrelay (4 conn)` >= 0.75x" in text
+    assert "- Took: 1.5 min (every round and the profiles)" in text
+    assert f"`bastion-secured (2 workers)`: {cpus.placement(2).describe('workers')}" in text
+
+
+@pytest.fixture(scope="module")
+def multi_worker_results() -> dict[str, report.RowResult]:
+    return harness.run(dataclasses.replace(SMOKE, rows=MULTI_WORKER))
+
+
+@pytest.mark.slow
+def test_the_two_worker_row_measures_both_workers(multi_worker_results: dict[str, report.RowResult]) -> None:
+    row = multi_worker_results["bastion-secured (2 workers)"]
+    assert row.failure is None and row.unavailable is None, row.failure or row.unavailable
+    [sample] = row.samples
+    assert sample.requests > 0 and sample.non_2xx == 0 and sample.errors == 0, row.notes
+    assert sample.p50_ms > 0 and sample.p999_ms >= sample.p99_ms
+    assert row.placement == cpus.placement(2)
+    shares = row.notes["parts"]
+    assert re.fullmatch(r"worker 1 / worker 2 CPU per round: \d+% / \d+%", shares), shares
 
 
 def test_profile_folds_collapsed_stacks_by_layer_file_and_function() -> None:
@@ -72,22 +96,81 @@ def test_percentile_is_nearest_rank() -> None:
     assert stats.percentile([1.0, 2.0, 3.0, 4.0], 99) == 4.0
 
 
-def test_a_p99_target_compares_median_tails_and_a_rate_target_median_rates() -> None:
+def _row(name: str, rate: float, p99: float, placement: cpus.Placement = cpus.DEFAULT) -> report.RowResult:
     by_name = {scenario.name: scenario for scenario in scenarios.SCENARIOS}
+    sample = loadgen.Sample(
+        requests=int(rate), seconds=1.0, non_2xx=0, errors=0, p50_ms=1.0, p99_ms=p99, p999_ms=2 * p99, loadgen="wrk"
+    )
+    return report.RowResult(scenario=by_name[name], samples=[sample], placement=placement)
 
-    def row(name: str, rate: float, p99: float) -> report.RowResult:
-        sample = loadgen.Sample(
-            requests=int(rate), seconds=1.0, non_2xx=0, errors=0, p50_ms=1.0, p99_ms=p99, loadgen="wrk"
-        )
-        return report.RowResult(scenario=by_name[name], samples=[sample])
 
+def test_a_p99_target_compares_median_tails_and_a_rate_target_median_rates() -> None:
     results = {
-        "fastapi-documents": row("fastapi-documents", 1000, 10.0),
-        "bastion-secured": row("bastion-secured", 1100, 16.0),
-        "bastion-open": row("bastion-open", 1100, 14.0),
+        "starlette": _row("starlette", 1000, 10.0),
+        "bastion-secured": _row("bastion-secured", 650, 13.0),
+        "bastion-open": _row("bastion-open", 790, 11.0),
     }
     lines = report.targets(results).splitlines()
-    assert "- `bastion-secured` >= 1.0x `fastapi-documents`: 1.10x, met" in lines
-    assert "- `bastion-open` >= 1.2x `fastapi-documents`: 1.10x, MISSED" in lines
-    assert "- `bastion-secured` p99 <= 1.5x `fastapi-documents`: 1.60x, MISSED" in lines
-    assert "- `bastion-open` p99 <= 1.5x `fastapi-documents`: 1.40x, met" in lines
+    assert "- `bastion-secured` >= 0.6x `starlette`: 0.65x, met" in lines
+    assert "- `bastion-open` >= 0.8x `starlette`: 0.79x, MISSED" in lines
+    assert "- `bastion-secured` p99 <= 1.2x `starlette`: 1.30x, MISSED" in lines
+    assert "- `bastion-open` p99 <= 1.2x `starlette`: 1.10x, met" in lines
+    assert "- `bastion-secured` >= 1.3x `fastapi`: not measured (validly) in this run" in lines
+
+
+def test_a_target_over_a_row_with_failures_shows_its_figure_but_no_verdict() -> None:
+    failed = _row("bastion-secured", 700, 13.0)
+    failed.samples.append(dataclasses.replace(failed.samples[0], non_2xx=3))
+    lines = report.targets({"starlette": _row("starlette", 1000, 10.0), "bastion-secured": failed}).splitlines()
+    verdict = "0.70x, not valid (a row failed or had errors: see the table)"
+    assert f"- `bastion-secured` >= 0.6x `starlette`: {verdict}" in lines
+
+
+def test_two_workers_are_placed_one_cpu_each_away_from_the_load_generator_given_three_cpus() -> None:
+    placement = cpus.placement(2, available=[3, 0, 1, 2], pin=True)
+    assert (placement.loadgen, placement.servers, placement.pinned) == ({0}, {1, 2}, True)
+    assert placement.unmeasurable is None
+    assert placement.describe("workers") == "load generator on CPU [0], workers on CPU [1, 2]"
+
+
+def test_two_workers_on_two_cpus_run_unpinned_and_say_why_scaling_is_not_measurable() -> None:
+    placement = cpus.placement(2, available=[0, 1], pin=True)
+    assert (placement.loadgen, placement.servers, placement.pinned) == ({0, 1}, {0, 1}, False)
+    assert placement.unmeasurable == "not measurable on 2 cores: the load generator and two workers share them"
+    assert placement.server_preexec() is None and placement.loadgen_preexec() is None
+
+
+def test_the_scaling_target_is_judged_only_where_the_workers_had_cores_of_their_own() -> None:
+    goal = "- `bastion-secured (2 workers)` >= 1.6x `bastion-secured`: "
+    for available, rate, verdict in [
+        ([0, 1], 1700, "1.70x, not measurable on 2 cores: the load generator and two workers share them"),
+        ([0, 1, 2], 1700, "1.70x, met"),
+        ([0, 1, 2], 1500, "1.50x, MISSED"),
+    ]:
+        placement = cpus.placement(2, available=available, pin=True)
+        results = {
+            "bastion-secured": _row("bastion-secured", 1000, 10.0),
+            "bastion-secured (2 workers)": _row("bastion-secured (2 workers)", rate, 10.0, placement),
+        }
+        assert goal + verdict in report.targets(results).splitlines()
+
+
+def test_every_row_shows_its_tail_or_that_its_generator_has_none() -> None:
+    broker = report.RowResult(
+        scenario=next(s for s in scenarios.SCENARIOS if s.kind == "broker"),
+        samples=[
+            loadgen.Sample(
+                requests=9, seconds=1.0, non_2xx=0, errors=0, p50_ms=math.nan, p99_ms=math.nan, loadgen="jetstream"
+            )
+        ],
+    )
+    text = report.table({"starlette": _row("starlette", 1000, 10.0), "broker": broker})
+    assert "| p50 ms | p99 ms | p99.9 ms |" in text.splitlines()[0]
+    assert "| 1.00 | 10.00 | 20.00 |" in text.splitlines()[2]
+    assert "| n/a | n/a | n/a |" in text.splitlines()[3]
+
+
+def test_every_load_generator_reports_p999_and_the_slowest_request() -> None:
+    result = stats.load_result([i / 1000 for i in range(1, 2001)], seconds=1.0, non_2xx=0, errors=0)
+    assert (result["p99_ms"], result["p999_ms"], result["max_ms"]) == (1980.0, 1998.0, 2000.0)
+    assert "latency:percentile(99.9)" in loadgen.WRK_SCRIPT and "latency.max" in loadgen.WRK_SCRIPT
