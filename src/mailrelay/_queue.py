@@ -22,6 +22,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
 
 from mailrelay._errors import QueueUnavailable
+from mailrelay._pull import Acks, Puller
 
 CONSUMER = "mailrelay"  # the durable pull consumer every relay on the stream shares
 PUBLISH_TIMEOUT_SECS = 5.0  # the SMTP client waits at most this long for the stream's acknowledgement
@@ -29,6 +30,7 @@ CONNECT_TIMEOUT_SECS = 5.0
 START_TIMEOUT_SECS = 15.0  # connecting and setting up stream and consumer at start-up
 DEPTH_TIMEOUT_SECS = 2.0  # reading the stream's depth for a metrics scrape (Prometheus gives a scrape 10 s)
 RECONNECT_WAIT_SECS = 1.0
+ACK_BATCH_SECS = 0.005  # an ack waits at most this long for others (or the next publish) to share its write
 DUPLICATE_WINDOW_SECS = 120.0  # a publish retried with the same Nats-Msg-Id within it is stored once
 HEADER_ROOM = 1024  # bytes kept free under the server's max_payload for the headers of a queued message
 MSG_ID_HEADER = "Nats-Msg-Id"
@@ -67,6 +69,7 @@ class QueuedMessage:
     acknowledgements.
 
     `ack`, `nak` and `term` never raise: when the connection is down the server redelivers after the ack wait.
+    With `_acks` the ack is sent with others (`_pull.Acks`), within ACK_BATCH_SECS.
     """
 
     body: bytes
@@ -75,8 +78,12 @@ class QueuedMessage:
     accepted_at: float
     _msg: Msg
     route: str | None = None
+    _acks: Acks | None = None
 
     async def ack(self) -> None:
+        if self._acks is not None:
+            self._acks.add(self._msg)
+            return
         await _quietly(self._msg.ack, "ack")
 
     async def nak(self, delay: float) -> None:
@@ -108,7 +115,8 @@ class JetStreamQueue:
         self.dead_subject = dead_letter_subject(stream)
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
-        self._pull: JetStreamContext.PullSubscription | None = None
+        self._pull: Puller | None = None
+        self._acks = Acks(window=ACK_BATCH_SECS)
         self._closing = False
 
     async def open(self) -> None:
@@ -139,7 +147,9 @@ class JetStreamQueue:
                         max_deliver=-1,
                     ),
                 )
-                self._pull = await self._js.pull_subscribe_bind(CONSUMER, stream=self.stream)
+                pull = Puller(self._nc, stream=self.stream, consumer=CONSUMER)
+                await pull.start()
+                self._pull = pull
         except QueueUnavailable:
             await self.close()
             raise
@@ -200,25 +210,26 @@ class JetStreamQueue:
             # While reconnecting nats-py would buffer the publish and send it later, after the SMTP client was
             # told 451: refuse at once instead, so a 451 almost never comes with a stored message.
             raise QueueUnavailable("not connected to NATS")
+        await self._acks.send()  # in the same write as the publish
         try:
             await js.publish(subject, body, timeout=PUBLISH_TIMEOUT_SECS, stream=self.stream, headers=headers)
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             raise QueueUnavailable(_reason(exc)) from None
 
     async def fetch(self, batch: int, *, wait: float) -> list[QueuedMessage]:
-        """Up to `batch` deliveries, waiting at most `wait` seconds for the first; [] on timeout or NATS trouble."""
-        if self._pull is None:  # closed: shutting down
-            await asyncio.sleep(wait)
+        """Up to `batch` deliveries, waiting at most `wait` seconds for the first; [] on timeout or NATS trouble.
+        Never more messages in this process than the last `batch` (see `_pull.Puller`)."""
+        pull = self._pull
+        if pull is None or not self.connected:  # closed (shutting down) or reconnecting
+            await asyncio.sleep(wait if pull is None else min(wait, RECONNECT_WAIT_SECS))
             return []
         try:
-            messages = await self._pull.fetch(batch, timeout=wait)
-        except (TimeoutError, nats.errors.TimeoutError):
-            return []
+            messages = await pull.take(batch, wait=wait)
         except (OSError, nats.errors.Error) as exc:
             log.debug("queue_fetch_failed", error=type(exc).__name__)
             await asyncio.sleep(RECONNECT_WAIT_SECS)
             return []
-        return [queued for queued in map(_queued, messages) if queued is not None]
+        return [queued for msg in messages if (queued := _queued(msg, self._acks)) is not None]
 
     @property
     def connected(self) -> bool:
@@ -240,6 +251,8 @@ class JetStreamQueue:
 
     async def close(self) -> None:
         self._closing = True
+        if self._nc is not None and self._nc.is_connected:
+            await self._acks.send()
         nc, self._nc, self._js, self._pull = self._nc, None, None, None
         if nc is not None and not nc.is_closed:
             with contextlib.suppress(OSError, nats.errors.Error):
@@ -249,6 +262,8 @@ class JetStreamQueue:
         log.debug("queue_connection_error", error=type(exc).__name__)
 
     async def _on_disconnected(self) -> None:
+        if self._pull is not None:
+            self._pull.forget()
         if not self._closing:
             log.warning("queue_disconnected", nats=self.shown_url)
 
@@ -256,7 +271,7 @@ class JetStreamQueue:
         log.info("queue_reconnected", nats=self.shown_url)
 
 
-def _queued(msg: Msg) -> QueuedMessage | None:
+def _queued(msg: Msg, acks: Acks) -> QueuedMessage | None:
     headers = msg.headers or {}
     try:
         metadata = msg.metadata
@@ -274,6 +289,7 @@ def _queued(msg: Msg) -> QueuedMessage | None:
         accepted_at=accepted_at,
         _msg=msg,
         route=headers.get(ROUTE_HEADER),
+        _acks=acks,
     )
 
 
