@@ -22,7 +22,6 @@ import nats.errors
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js.api import DEFAULT_PREFIX, Header, StatusCode
 
 MIN_EXPIRES_SECS = 0.001  # the server refuses shorter request lifetimes; a take with less time left waits only
@@ -49,11 +48,10 @@ class Puller:
         self._ids = itertools.count()
         self._credits: dict[str, tuple[int, float]] = {}  # request id -> (messages still to come, when it ends)
         self._ready: list[Msg] = []
-        self._arrived = asyncio.Event()
-        self._sub: Subscription | None = None
+        self._waiter: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
-        self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_message)
+        await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_message)
 
     def forget(self) -> None:
         """The connection dropped: the server ends the requests of a connection that went away."""
@@ -62,14 +60,18 @@ class Puller:
     async def take(self, room: int, *, wait: float) -> list[Msg]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        try:
-            async with asyncio.timeout_at(deadline):
-                while not self._ready:
-                    await self._request(room, loop.time(), deadline)
-                    self._arrived.clear()
-                    await self._arrived.wait()
-        except TimeoutError:
-            pass
+        while not self._ready and (now := loop.time()) < deadline:
+            await self._request(room, now, deadline)
+            if self._ready:
+                break
+            # A future and a timer: asyncio.Event and asyncio.timeout cost a loop look-up (a getpid call) each.
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_at(deadline, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
         taken, self._ready = self._ready[:room], self._ready[room:]
         return taken
 
@@ -91,7 +93,7 @@ class Puller:
         status = msg.headers.get(Header.STATUS) if msg.headers else None
         if status is None:
             self._ready.append(msg)
-            self._arrived.set()
+            self._wake()
             # A delivered message keeps its own subject: it is counted against the oldest request (the consumer
             # serves one client's requests in order).
             credits = self._credits
@@ -107,14 +109,18 @@ class Puller:
         # The request ended (408 expired, 404 nothing to send, 409 refused): its credits will not come.
         request = msg.subject.rpartition(".")[2]
         if self._credits.pop(request, None) is not None and status != StatusCode.CONFLICT:
-            self._arrived.set()  # a take still waiting asks again (after a 409 it waits out its time instead)
+            self._wake()  # a take still waiting asks again (after a 409 it waits out its time instead)
         elif status == StatusCode.CONFLICT:
             log.debug("queue_pull_refused", description=msg.headers.get(Header.DESCRIPTION) if msg.headers else None)
 
-    async def close(self) -> None:
-        sub, self._sub = self._sub, None
-        if sub is not None:
-            await sub.unsubscribe()
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            _wake(self._waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Acks:
@@ -153,3 +159,45 @@ class Acks:
                 await msg.ack()
             except nats.errors.Error as exc:
                 log.warning("queue_acknowledgement_failed", action="ack", error=type(exc).__name__)
+
+
+class Replies:
+    """Requests whose replies come to one inbox subscription of our own, for the publishes of queued payloads.
+
+    nats-py's `request` (behind `JetStreamContext.publish`) does the same with a token from `secrets.token_hex` (a
+    getrandom call) and a NUID, `asyncio.wait_for` and a fresh Future per request; here the token is a counter
+    (the inbox is already unique), and a timer and a future are all a request costs.
+    """
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self._prefix = f"{nc.new_inbox()}."
+        self._ids = itertools.count()
+        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+
+    async def start(self) -> None:
+        await self._nc.subscribe(f"{self._prefix}*", cb=self._on_reply)
+
+    async def request(self, subject: str, body: bytes, *, headers: dict[str, str], wait: float) -> Msg:
+        """The reply to `body` published on `subject`; TimeoutError after `wait` seconds."""
+        loop = asyncio.get_running_loop()
+        token = str(next(self._ids))
+        future: asyncio.Future[Msg] = loop.create_future()
+        self._waiting[token] = future
+        timer = loop.call_later(wait, _time_out, future)
+        try:
+            await self._nc.publish(subject, body, reply=self._prefix + token, headers=headers)
+            return await future
+        finally:
+            timer.cancel()
+            del self._waiting[token]
+
+    async def _on_reply(self, msg: Msg) -> None:
+        future = self._waiting.get(msg.subject[len(self._prefix) :])
+        if future is not None and not future.done():
+            future.set_result(msg)
+
+
+def _time_out(future: asyncio.Future[Msg]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,10 +20,19 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    Header,
+    RetentionPolicy,
+    StatusCode,
+    StorageType,
+    StreamConfig,
+)
 
 from mailrelay._errors import QueueUnavailable
-from mailrelay._pull import Acks, Puller
+from mailrelay._pull import Acks, Puller, Replies
 
 CONSUMER = "mailrelay"  # the durable pull consumer every relay on the stream shares
 PUBLISH_TIMEOUT_SECS = 5.0  # the SMTP client waits at most this long for the stream's acknowledgement
@@ -116,6 +126,7 @@ class JetStreamQueue:
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._pull: Puller | None = None
+        self._replies: Replies | None = None
         self._acks = Acks(window=ACK_BATCH_SECS)
         self._closing = False
 
@@ -147,9 +158,10 @@ class JetStreamQueue:
                         max_deliver=-1,
                     ),
                 )
-                pull = Puller(self._nc, stream=self.stream, consumer=CONSUMER)
+                pull, replies = Puller(self._nc, stream=self.stream, consumer=CONSUMER), Replies(self._nc)
                 await pull.start()
-                self._pull = pull
+                await replies.start()
+                self._pull, self._replies = pull, replies
         except QueueUnavailable:
             await self.close()
             raise
@@ -205,16 +217,20 @@ class JetStreamQueue:
         await self._publish(self.dead_subject, message.body, headers)
 
     async def _publish(self, subject: str, body: bytes, headers: dict[str, str]) -> None:
-        nc, js = self._nc, self._js
-        if nc is None or js is None or not nc.is_connected:
+        """A JetStream publish: the stream's acknowledgement, with the stream named (Nats-Expected-Stream) as
+        `JetStreamContext.publish` does, through our own reply subscription (`_pull.Replies`)."""
+        nc, replies = self._nc, self._replies
+        if nc is None or replies is None or not nc.is_connected:
             # While reconnecting nats-py would buffer the publish and send it later, after the SMTP client was
             # told 451: refuse at once instead, so a 451 almost never comes with a stored message.
             raise QueueUnavailable("not connected to NATS")
+        headers[Header.EXPECTED_STREAM] = self.stream
         await self._acks.send()  # in the same write as the publish
         try:
-            await js.publish(subject, body, timeout=PUBLISH_TIMEOUT_SECS, stream=self.stream, headers=headers)
+            reply = await replies.request(subject, body, headers=headers, wait=PUBLISH_TIMEOUT_SECS)
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             raise QueueUnavailable(_reason(exc)) from None
+        _check_stored(reply)
 
     async def fetch(self, batch: int, *, wait: float) -> list[QueuedMessage]:
         """Up to `batch` deliveries, waiting at most `wait` seconds for the first; [] on timeout or NATS trouble.
@@ -291,6 +307,21 @@ def _queued(msg: Msg, acks: Acks) -> QueuedMessage | None:
         route=headers.get(ROUTE_HEADER),
         _acks=acks,
     )
+
+
+def _check_stored(reply: Msg) -> None:
+    """The stream's answer to a publish: QueueUnavailable unless it stored the message (a duplicate within the
+    window counts as stored)."""
+    if reply.headers and reply.headers.get(Header.STATUS) == StatusCode.SERVICE_UNAVAILABLE:
+        raise QueueUnavailable(_reason(nats.js.errors.NoStreamResponseError()))
+    try:
+        answer = json.loads(reply.data)
+    except ValueError:
+        raise QueueUnavailable("unreadable acknowledgement") from None
+    if not isinstance(answer, dict) or "seq" not in answer:
+        error = answer.get("error") if isinstance(answer, dict) else None
+        code = (error.get("err_code") or error.get("code")) if isinstance(error, dict) else None
+        raise QueueUnavailable(f"JetStream error {code}" if code else "unreadable acknowledgement")
 
 
 def _reason(exc: BaseException) -> str:
