@@ -318,10 +318,13 @@ def _check_stored(reply: Msg) -> None:
         answer = json.loads(reply.data)
     except ValueError:
         raise QueueUnavailable("unreadable acknowledgement") from None
-    if not isinstance(answer, dict) or "seq" not in answer:
-        error = answer.get("error") if isinstance(answer, dict) else None
-        code = (error.get("err_code") or error.get("code")) if isinstance(error, dict) else None
-        raise QueueUnavailable(f"JetStream error {code}" if code else "unreadable acknowledgement")
+    if not isinstance(answer, dict):
+        raise QueueUnavailable("unreadable acknowledgement")
+    error = answer.get("error")  # an error answer has a "seq" too (0)
+    if isinstance(error, dict):
+        raise QueueUnavailable(f"JetStream error {error.get('err_code') or error.get('code')}")
+    if error is not None or "seq" not in answer:
+        raise QueueUnavailable("unreadable acknowledgement")
 
 
 def _reason(exc: BaseException) -> str:
