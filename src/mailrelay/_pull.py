@@ -49,6 +49,7 @@ class Puller:
         self._credits: dict[str, tuple[int, float]] = {}  # request id -> (messages still to come, when it ends)
         self._ready: list[Msg] = []
         self._waiter: asyncio.Future[None] | None = None
+        self._loop = asyncio.get_running_loop()  # made inside the loop; looked up once (each look-up is a getpid)
 
     async def start(self) -> None:
         await self._nc.subscribe(f"{self._inbox}.*", cb=self._on_message)
@@ -58,7 +59,7 @@ class Puller:
         self._credits.clear()
 
     async def take(self, room: int, *, wait: float) -> list[Msg]:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         deadline = loop.time() + wait
         while not self._ready and (now := loop.time()) < deadline:
             await self._request(room, now, deadline)
@@ -174,13 +175,14 @@ class Replies:
         self._prefix = f"{nc.new_inbox()}."
         self._ids = itertools.count()
         self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._loop = asyncio.get_running_loop()  # made inside the loop; looked up once (each look-up is a getpid)
 
     async def start(self) -> None:
         await self._nc.subscribe(f"{self._prefix}*", cb=self._on_reply)
 
     async def request(self, subject: str, body: bytes, *, headers: dict[str, str], wait: float) -> Msg:
         """The reply to `body` published on `subject`; TimeoutError after `wait` seconds."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         token = str(next(self._ids))
         future: asyncio.Future[Msg] = loop.create_future()
         self._waiting[token] = future

@@ -91,8 +91,9 @@ class DeliveryWorkers:
             self._slot_freed.clear()
             await self._slot_freed.wait()
             return
+        loop = asyncio.get_running_loop()
         for message in await self.inbox.fetch(free, wait=FETCH_WAIT_SECS):
-            task = asyncio.create_task(self.deliver(message))
+            task = loop.create_task(self.deliver(message))  # on the loop directly: no loop look-up (getpid)
             self._running.add(task)
             task.add_done_callback(self._done)
 
