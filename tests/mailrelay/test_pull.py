@@ -64,6 +64,22 @@ async def test_one_pull_request_serves_the_room_it_asked_for(queue: JetStreamQue
     assert len(requests) == 1
 
 
+async def test_a_fetch_that_may_not_wait_hands_over_what_came_and_asks_for_nothing(
+    queue: JetStreamQueue, observer: Client
+) -> None:
+    """The paused workers' fetch (wait=0): what earlier requests brought, no new request."""
+    requests: list[Msg] = []
+    await observer.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{queue.stream}.{CONSUMER}", cb=_append_to(requests))
+    await observer.flush()
+    for number in range(2):
+        await queue.enqueue(b"{}", delivery_id=f"w{number}")
+    first = await queue.fetch(2, wait=2)  # returns with the first message; the second may come just after
+    await asyncio.sleep(0.2)
+    rest = await queue.fetch(2, wait=0)
+    await observer.flush()
+    assert (sorted(m.delivery_id for m in first + rest), len(requests)) == (["w0", "w1"], 1)
+
+
 async def test_acks_reach_the_stream_within_the_batch_window(queue: JetStreamQueue, observer: Client) -> None:
     for number in range(3):
         await queue.enqueue(b"{}", delivery_id=f"a{number}")
