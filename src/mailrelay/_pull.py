@@ -1,5 +1,8 @@
-"""Queue mode's pull requests on the shared consumer, over core NATS: one inbox subscription for all of them, each
-request asking for as many messages as the workers have room for, the deliveries collected as they arrive.
+"""Queue mode's own NATS traffic beside nats-py's JetStream API (public API only): pull requests (`Puller`), acks
+sent together (`Acks`) and the publishes' replies (`Replies`).
+
+Pull requests on the shared consumer go over core NATS: one inbox subscription for all of them, each request asking
+for as many messages as the workers have room for, the deliveries collected as they arrive.
 
 nats-py's `PullSubscription.fetch` makes a pull request per call and waits for each message on its own (a task, a
 timer and a uuid4 per message, a no-wait probe and its 404 per call): under load that was about one request, and
@@ -36,9 +39,9 @@ class Puller:
 
     `take(room, wait)` returns up to `room` messages, waiting at most `wait` seconds for the first. It asks the
     consumer only for what `room` leaves once outstanding requests and messages not yet taken are counted, so the
-    messages in this process never exceed the room the caller last gave (the workers' free slots): none waits here
-    for a slot while its ack wait runs. A request is made when nothing is outstanding, or when at least half of
-    `room` is free, so under load one request brings several messages.
+    messages in this process never exceed the room the caller last gave (the workers' free slots; requests forgotten
+    after a reconnect aside): none waits here for a slot while its ack wait runs. A request is made when nothing is
+    outstanding, or when at least half of `room` is free, so under load one request brings several messages.
     """
 
     def __init__(self, nc: Client, *, stream: str, consumer: str) -> None:
