@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,9 +20,19 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    Header,
+    RetentionPolicy,
+    StatusCode,
+    StorageType,
+    StreamConfig,
+)
 
 from mailrelay._errors import QueueUnavailable
+from mailrelay._pull import Acks, Puller, Replies
 
 CONSUMER = "mailrelay"  # the durable pull consumer every relay on the stream shares
 PUBLISH_TIMEOUT_SECS = 5.0  # the SMTP client waits at most this long for the stream's acknowledgement
@@ -29,6 +40,7 @@ CONNECT_TIMEOUT_SECS = 5.0
 START_TIMEOUT_SECS = 15.0  # connecting and setting up stream and consumer at start-up
 DEPTH_TIMEOUT_SECS = 2.0  # reading the stream's depth for a metrics scrape (Prometheus gives a scrape 10 s)
 RECONNECT_WAIT_SECS = 1.0
+ACK_BATCH_SECS = 0.005  # an ack waits at most this long for others (or the next publish) to share its write
 DUPLICATE_WINDOW_SECS = 120.0  # a publish retried with the same Nats-Msg-Id within it is stored once
 HEADER_ROOM = 1024  # bytes kept free under the server's max_payload for the headers of a queued message
 MSG_ID_HEADER = "Nats-Msg-Id"
@@ -67,6 +79,7 @@ class QueuedMessage:
     acknowledgements.
 
     `ack`, `nak` and `term` never raise: when the connection is down the server redelivers after the ack wait.
+    With `_acks` the ack is sent with others (`_pull.Acks`), within ACK_BATCH_SECS.
     """
 
     body: bytes
@@ -75,8 +88,12 @@ class QueuedMessage:
     accepted_at: float
     _msg: Msg
     route: str | None = None
+    _acks: Acks | None = None
 
     async def ack(self) -> None:
+        if self._acks is not None:
+            self._acks.add(self._msg)
+            return
         await _quietly(self._msg.ack, "ack")
 
     async def nak(self, delay: float) -> None:
@@ -108,7 +125,9 @@ class JetStreamQueue:
         self.dead_subject = dead_letter_subject(stream)
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
-        self._pull: JetStreamContext.PullSubscription | None = None
+        self._pull: Puller | None = None
+        self._replies: Replies | None = None
+        self._acks = Acks(window=ACK_BATCH_SECS)
         self._closing = False
 
     async def open(self) -> None:
@@ -139,7 +158,10 @@ class JetStreamQueue:
                         max_deliver=-1,
                     ),
                 )
-                self._pull = await self._js.pull_subscribe_bind(CONSUMER, stream=self.stream)
+                pull, replies = Puller(self._nc, stream=self.stream, consumer=CONSUMER), Replies(self._nc)
+                await pull.start()
+                await replies.start()
+                self._pull, self._replies = pull, replies
         except QueueUnavailable:
             await self.close()
             raise
@@ -195,30 +217,35 @@ class JetStreamQueue:
         await self._publish(self.dead_subject, message.body, headers)
 
     async def _publish(self, subject: str, body: bytes, headers: dict[str, str]) -> None:
-        nc, js = self._nc, self._js
-        if nc is None or js is None or not nc.is_connected:
+        """A JetStream publish: the stream's acknowledgement, with the stream named (Nats-Expected-Stream) as
+        `JetStreamContext.publish` does, through our own reply subscription (`_pull.Replies`)."""
+        nc, replies = self._nc, self._replies
+        if nc is None or replies is None or not nc.is_connected:
             # While reconnecting nats-py would buffer the publish and send it later, after the SMTP client was
             # told 451: refuse at once instead, so a 451 almost never comes with a stored message.
             raise QueueUnavailable("not connected to NATS")
+        headers[Header.EXPECTED_STREAM] = self.stream
+        await self._acks.send()  # in the same write as the publish
         try:
-            await js.publish(subject, body, timeout=PUBLISH_TIMEOUT_SECS, stream=self.stream, headers=headers)
+            reply = await replies.request(subject, body, headers=headers, wait=PUBLISH_TIMEOUT_SECS)
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             raise QueueUnavailable(_reason(exc)) from None
+        _check_stored(reply)
 
     async def fetch(self, batch: int, *, wait: float) -> list[QueuedMessage]:
-        """Up to `batch` deliveries, waiting at most `wait` seconds for the first; [] on timeout or NATS trouble."""
-        if self._pull is None:  # closed: shutting down
-            await asyncio.sleep(wait)
+        """Up to `batch` deliveries, waiting at most `wait` seconds for the first; [] on timeout or NATS trouble.
+        Never more messages in this process than the last `batch` (see `_pull.Puller`)."""
+        pull = self._pull
+        if pull is None or not self.connected:  # closed (shutting down) or reconnecting
+            await asyncio.sleep(wait if pull is None else min(wait, RECONNECT_WAIT_SECS))
             return []
         try:
-            messages = await self._pull.fetch(batch, timeout=wait)
-        except (TimeoutError, nats.errors.TimeoutError):
-            return []
+            messages = await pull.take(batch, wait=wait)
         except (OSError, nats.errors.Error) as exc:
             log.debug("queue_fetch_failed", error=type(exc).__name__)
             await asyncio.sleep(RECONNECT_WAIT_SECS)
             return []
-        return [queued for queued in map(_queued, messages) if queued is not None]
+        return [queued for msg in messages if (queued := _queued(msg, self._acks)) is not None]
 
     @property
     def connected(self) -> bool:
@@ -240,6 +267,8 @@ class JetStreamQueue:
 
     async def close(self) -> None:
         self._closing = True
+        if self._nc is not None and self._nc.is_connected:
+            await self._acks.send()
         nc, self._nc, self._js, self._pull = self._nc, None, None, None
         if nc is not None and not nc.is_closed:
             with contextlib.suppress(OSError, nats.errors.Error):
@@ -249,6 +278,8 @@ class JetStreamQueue:
         log.debug("queue_connection_error", error=type(exc).__name__)
 
     async def _on_disconnected(self) -> None:
+        if self._pull is not None:
+            self._pull.forget()
         if not self._closing:
             log.warning("queue_disconnected", nats=self.shown_url)
 
@@ -256,7 +287,7 @@ class JetStreamQueue:
         log.info("queue_reconnected", nats=self.shown_url)
 
 
-def _queued(msg: Msg) -> QueuedMessage | None:
+def _queued(msg: Msg, acks: Acks) -> QueuedMessage | None:
     headers = msg.headers or {}
     try:
         metadata = msg.metadata
@@ -274,7 +305,26 @@ def _queued(msg: Msg) -> QueuedMessage | None:
         accepted_at=accepted_at,
         _msg=msg,
         route=headers.get(ROUTE_HEADER),
+        _acks=acks,
     )
+
+
+def _check_stored(reply: Msg) -> None:
+    """The stream's answer to a publish: QueueUnavailable unless it stored the message (a duplicate within the
+    window counts as stored)."""
+    if reply.headers and reply.headers.get(Header.STATUS) == StatusCode.SERVICE_UNAVAILABLE:
+        raise QueueUnavailable(_reason(nats.js.errors.NoStreamResponseError()))
+    try:
+        answer = json.loads(reply.data)
+    except ValueError:
+        raise QueueUnavailable("unreadable acknowledgement") from None
+    if not isinstance(answer, dict):
+        raise QueueUnavailable("unreadable acknowledgement")
+    error = answer.get("error")  # an error answer has a "seq" too (0)
+    if isinstance(error, dict):
+        raise QueueUnavailable(f"JetStream error {error.get('err_code') or error.get('code')}")
+    if error is not None or "seq" not in answer:
+        raise QueueUnavailable("unreadable acknowledgement")
 
 
 def _reason(exc: BaseException) -> str:

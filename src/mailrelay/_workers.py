@@ -82,17 +82,23 @@ class DeliveryWorkers:
 
     async def _fetch_round(self) -> None:
         pauses = [target.pause() for target in (self.target, *self.route_targets.values())]
+        free = self.concurrency - len(self._running)
         if all(pause is not None for pause in pauses):  # with routes: a paused route's messages wait in the stream
+            if free > 0:  # what pull requests made before the pause brought is attempted (a retry), never held
+                self._start(await self.inbox.fetch(free, wait=0))
             retry_in = min(pause.retry_in for pause in pauses if pause is not None)
             await asyncio.sleep(min(CIRCUIT_PAUSE_SECS, max(retry_in, 0.01)))
             return
-        free = self.concurrency - len(self._running)
         if free <= 0:
             self._slot_freed.clear()
             await self._slot_freed.wait()
             return
-        for message in await self.inbox.fetch(free, wait=FETCH_WAIT_SECS):
-            task = asyncio.create_task(self.deliver(message))
+        self._start(await self.inbox.fetch(free, wait=FETCH_WAIT_SECS))
+
+    def _start(self, messages: list[QueuedMessage]) -> None:
+        loop = asyncio.get_running_loop()
+        for message in messages:
+            task = loop.create_task(self.deliver(message))  # on the loop directly: no loop look-up (getpid)
             self._running.add(task)
             task.add_done_callback(self._done)
 
