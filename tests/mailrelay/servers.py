@@ -158,12 +158,15 @@ class S3Server:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the S3 server exited with {self.proc.returncode}")
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+            try:
                 connection.request("GET", "/")
                 if connection.getresponse().status == 200:
-                    connection.close()
                     return self
+            except (OSError, http.client.HTTPException):
+                pass  # not listening yet, or too slow to answer under load: try again
+            finally:
+                connection.close()  # also after a timed-out probe (an unclosed socket fails the test run)
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"the S3 server did not listen within {STARTUP_TIMEOUT_SECS}s")
