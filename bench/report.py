@@ -73,6 +73,8 @@ TARGETS = (
     Target(row="grpc-secured", against="grpclib-bare", factor=0.8),
     # issue 16: the access log costs at most 10% of the secured row
     Target(row="bastion-secured access-log", against="bastion-secured", factor=0.9),
+    # issue 35: the same bound with client and server sharing the cores (no pinning)
+    Target(row="bastion-secured access-log (shared cores)", against="bastion-secured (shared cores)", factor=0.9),
 )
 
 
