@@ -10,10 +10,12 @@ import dataclasses
 
 import pytest
 
-from bench import brokerload, harness, loadgen, profile, report, scenarios, stats
+from bench import brokerload, cpus, harness, loadgen, profile, report, scenarios, stats
 
 SMOKE = harness.Options(rounds=1, duration=0.3, warmup=0.0, connections=4, loadgen="python", write=False)
-NAMES = [scenario.name for scenario in scenarios.SCENARIOS]
+# The shared-cores rows start the same servers as their pinned twins (smoke-tested here); only their pinning
+# differs, checked below without starting anything.
+NAMES = [scenario.name for scenario in scenarios.SCENARIOS if not scenario.shared_cores]
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +93,12 @@ def test_a_p99_target_compares_median_tails_and_a_rate_target_median_rates() -> 
     assert "- `bastion-open` >= 1.2x `fastapi-documents`: 1.10x, MISSED" in lines
     assert "- `bastion-secured` p99 <= 1.5x `fastapi-documents`: 1.60x, MISSED" in lines
     assert "- `bastion-open` p99 <= 1.5x `fastapi-documents`: 1.40x, met" in lines
+
+
+def test_the_shared_cores_rows_start_their_processes_unpinned_and_have_a_target() -> None:
+    with cpus.shared_cores():
+        assert cpus.server_preexec() is None and cpus.loadgen_preexec() is None
+    assert (cpus.server_preexec() is None) is (not cpus.PINNED)  # pinned again after the block, where pinning is on
+    shared = [scenario.name for scenario in scenarios.SCENARIOS if scenario.shared_cores]
+    assert shared == ["bastion-secured (shared cores)", "bastion-secured access-log (shared cores)"]
+    assert report.Target(row=shared[1], against=shared[0], factor=0.9) in report.TARGETS
