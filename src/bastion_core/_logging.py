@@ -175,16 +175,15 @@ def _write_pending(line: str = "") -> None:
     if _pending:
         taken = _pending[:]
         del _pending[: len(taken)]  # not clear(): an event another thread appends meanwhile stays for the next write
-        chunk: list[str] = []
+        chunk: list[bytes] = []
         size = 0
-        for text in _render(taken):
-            length = len(text) if text.isascii() else len(text.encode())
-            if chunk and size + length > _CHUNK:
-                chunks.append("".join(chunk))
+        for data in _render(taken):
+            if chunk and size + len(data) > _CHUNK:
+                chunks.append(b"".join(chunk).decode())
                 chunk, size = [], 0
-            chunk.append(text)
-            size += length
-        chunks.append("".join(chunk))
+            chunk.append(data)
+            size += len(data)
+        chunks.append(b"".join(chunk).decode())
     if line:
         chunks.append(line)
     if chunks:
@@ -197,43 +196,43 @@ def _write_pending(line: str = "") -> None:
 atexit.register(_flush_pending)
 
 
-def _render(events: list[tuple[dict[str, Any], str, contextvars.Context, float]]) -> list[str]:
-    """The JSON lines of ``events``: what structlog's processors would write (fields, event, the context variables,
-    level, logger, timestamp), with the constant tail (level, logger) encoded once per logger name."""
+def _render(events: list[tuple[dict[str, Any], str, contextvars.Context, float]]) -> list[bytes]:
+    """The JSON lines of ``events``, UTF-8: what structlog's processors would write (fields, event, the context
+    variables, level, logger, timestamp), with the constant tail (level, logger) encoded once per logger name."""
     lines = []
     for line, name, context, now in events:
         _merge_context(line, context)
         if "level" in line or "logger" in line or "timestamp" in line:  # structlog overwrites them in place
             line["level"] = "info"
             line["logger"] = name
-            line["timestamp"] = _timestamp(now)
-            lines.append(orjson.dumps(line, default=str).decode() + "\n")
+            line["timestamp"] = _timestamp(now).decode()
+            lines.append(orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE))
             continue
         tail = _tails.get(name) or _tail(name)
-        lines.append(orjson.dumps(line, default=str).decode()[:-1] + tail + _timestamp(now) + '"}\n')
+        lines.append(orjson.dumps(line, default=str)[:-1] + tail + _timestamp(now) + b'"}\n')
     return lines
 
 
-def _timestamp(now: float) -> str:
+def _timestamp(now: float) -> bytes:
     """``TimeStamper(fmt="iso", utc=True)``'s value for ``now`` (with the microseconds always present), the date
     and time formatted once per second rather than once per line."""
     global _second, _prefix
     second = int(now)
     if second != _second:
-        _prefix = datetime.datetime.fromtimestamp(second, _UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        _prefix = datetime.datetime.fromtimestamp(second, _UTC).strftime("%Y-%m-%dT%H:%M:%S.").encode()
         _second = second
-    return "%s%06dZ" % (_prefix, int((now - second) * 1_000_000))  # noqa: UP031 (quicker than an f-string here)
+    return b"%s%06dZ" % (_prefix, int((now - second) * 1_000_000))
 
 
 _second = -1
-_prefix = ""
+_prefix = b""
 _CONTEXT_PREFIX = structlog.contextvars.STRUCTLOG_KEY_PREFIX
 _context_keys: dict[contextvars.ContextVar[Any], str | None] = {}
 """Each context variable the access log met -> its structlog key (``None``: not one of structlog's), so the name
 test of ``merge_contextvars`` runs once per variable rather than once per variable per line. The variables are the
 ones the code creates (structlog makes one per key ever bound); ``_MAX_KEYS`` bounds it all the same."""
 _MAX_KEYS = 256
-_tails: dict[str, str] = {}
+_tails: dict[str, bytes] = {}
 
 
 def _merge_context(line: dict[str, Any], context: contextvars.Context) -> None:
@@ -253,10 +252,10 @@ def _merge_context(line: dict[str, Any], context: contextvars.Context) -> None:
             line[key] = value
 
 
-def _tail(name: str) -> str:
+def _tail(name: str) -> bytes:
     """The constant part of an access line after its fields and context, up to the timestamp's value:
     ``,"level":"info","logger":NAME,"timestamp":"``, JSON-encoded once per logger name."""
-    tail = ',"level":"info","logger":' + orjson.dumps(name).decode() + ',"timestamp":"'
+    tail = b',"level":"info","logger":' + orjson.dumps(name) + b',"timestamp":"'
     if len(_tails) < _MAX_KEYS:
         _tails[name] = tail
     return tail
