@@ -278,9 +278,10 @@ def log_event(logger: Any, name: str, event: str, fields: dict[str, Any]) -> Non
     would write (context variables, fields, event, level, logger, timestamp), at half the cost. Inside an
     event loop the lines are written together at the end of the loop iteration (one ``write`` for all the
     requests that finished in it, at most ``PIPE_BUF`` bytes at a time, so lines of several workers never
-    mix): a write per line was the log's largest cost. Any other set-up (console, ``capture_logs``, a level
-    above info) takes structlog's path. ``name`` is ``logger``'s name. ``fields`` becomes the line: the caller
-    hands it over (no copy)."""
+    mix): a write per line was the log's largest cost. The call itself only keeps the fields, the time and a
+    snapshot of the context: the lines are rendered together when they are written, off the request's path. Any
+    other set-up (console, ``capture_logs``, a level above info) takes structlog's path. ``name`` is ``logger``'s
+    name. ``fields`` becomes the line: the caller hands it over (no copy, not to be changed afterwards)."""
     if (
         not _direct["json"]
         or _threshold["level"] > logging.INFO
