@@ -8,18 +8,32 @@ round. ``BENCH_PIN=0`` turns it off (both float over every CPU).
 A row of several workers (``bastion run --workers 2``) needs a CPU per worker besides the load generator's to say
 how the workers scale: :func:`placement` gives it the first CPU for the load generator and the next ones for its
 workers, or, on a machine with fewer CPUs, no pinning and the reason its scaling cannot be measured there.
+``shared_cores`` leaves the processes started inside it unpinned (the rows that measure a cost where client and
+server take turns on the cores, as in a deployment with other work on the machine).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 _ALL = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 PINNED = len(_ALL) >= 2 and os.environ.get("BENCH_PIN", "1") != "0"
 LOADGEN_CPUS = {_ALL[0]} if PINNED else set(_ALL)
 SERVER_CPUS = set(_ALL[1:]) if PINNED else set(_ALL)
+_shared = {"on": False}
+
+
+@contextlib.contextmanager
+def shared_cores() -> Iterator[None]:
+    """Processes started in the block are not pinned: servers and load generators float over every CPU."""
+    _shared["on"] = True
+    try:
+        yield
+    finally:
+        _shared["on"] = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,10 +47,10 @@ class Placement:
     unmeasurable: str | None = None
 
     def loadgen_preexec(self) -> Callable[[], None] | None:
-        return _pin(set(self.loadgen)) if self.pinned else None
+        return _pin(set(self.loadgen)) if self.pinned and not _shared["on"] else None
 
     def server_preexec(self) -> Callable[[], None] | None:
-        return _pin(set(self.servers)) if self.pinned else None
+        return _pin(set(self.servers)) if self.pinned and not _shared["on"] else None
 
     def describe(self, servers: str = "servers") -> str:
         if not self.pinned:

@@ -8,6 +8,7 @@ stops them (by PID) before the next row starts. Run: ``python -m bench.harness [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import sys
@@ -119,7 +120,7 @@ def _cpu(pids: Sequence[int]) -> float:
 def run_row(scenario: Scenario, ws: Workspace, options: Options, row: RowResult) -> None:
     """One timed run of one row (servers started and stopped here); appends to ``row``."""
     assert scenario.start is not None
-    with scenario.start(ws) as target:
+    with cpus.shared_cores() if scenario.shared_cores else contextlib.nullcontext(), scenario.start(ws) as target:
         if options.warmup > 0:
             _load(scenario, target, options.warmup, options)
         watched = {"server": target.measured, **{name: [pid] for name, pid in target.helpers.items()}}
@@ -149,6 +150,8 @@ def run_row(scenario: Scenario, ws: Workspace, options: Options, row: RowResult)
                 row.note("cpu per message", f"server CPU {median(costs):.0f} us/message")
         for text in target.notes:
             row.note(text, text)
+        if scenario.shared_cores:
+            row.note("shared cores", "not pinned: server and load generator share every CPU")
         if target.counter is not None and target.explain is not None:
             row.note("counted", target.explain(target.counter() - counted, sample.requests))
         if sample.non_2xx or sample.errors:

@@ -10,6 +10,7 @@ JSON is rendered with orjson (about a quarter of the standard library's cost per
 from __future__ import annotations
 
 import atexit
+import contextvars
 import datetime
 import logging
 import sys
@@ -146,17 +147,20 @@ settings: dict[str, Any] = {"cache_loggers": True}
 server wants. A test process that configures logging again and again (commands run in-process) turns it off, so
 a later ``structlog.testing.capture_logs`` sees every logger."""
 _UTC = datetime.UTC
-_pending: list[str] = []
-"""Rendered access-log lines (each ending in a newline) not yet written: flushed at the end of the event-loop
-iteration that produced them, before any other line, at exit, or as soon as they would exceed ``_CHUNK``."""
-_state: dict[str, Any] = {"bytes": 0, "loop": None, "second": -1, "prefix": ""}
+_pending: list[tuple[dict[str, Any], str, contextvars.Context, float]] = []
+"""Access-log events not yet written: (fields with the event, logger name, the context they were logged in, the
+time), rendered and written together at the end of the event-loop iteration that produced them (or up to
+``FLUSH_DELAY_SECS`` later), before any other line, at exit, or as soon as ``MAX_PENDING`` wait."""
+_state: dict[str, Any] = {"loop": None}
 """``loop``: the event loop a flush is scheduled on (a loop closed before running it leaves the lines to the next
 loop's flush or to exit)."""
 _CHUNK = 4096
-FLUSH_DELAY_SECS = 0.002
-"""How long an access-log line may wait for others to share its write."""
 """POSIX ``PIPE_BUF``: one write of at most this many bytes to a pipe is never interleaved with another
 process's write (``--workers N`` share the supervisor's stderr), so no line is ever split."""
+FLUSH_DELAY_SECS = 0.002
+"""How long an access-log line may wait for others to share its write."""
+MAX_PENDING = 64
+"""How many access-log events may wait to be written (about 20 KB of lines)."""
 
 
 def _flush_pending() -> None:
@@ -165,30 +169,96 @@ def _flush_pending() -> None:
 
 
 def _write_pending(line: str = "") -> None:
-    """Write the pending lines, then ``line``, in one write."""
+    """Render the pending events and write them, then ``line``: as few writes as keep each within ``_CHUNK``
+    bytes (a longer line is a write of its own)."""
+    chunks: list[str] = []
     if _pending:
         taken = _pending[:]
-        del _pending[: len(taken)]  # not clear(): a line another thread appends meanwhile stays for the next write
-        line = "".join(taken) + line
-        _state["bytes"] = 0
+        del _pending[: len(taken)]  # not clear(): an event another thread appends meanwhile stays for the next write
+        chunk: list[bytes] = []
+        size = 0
+        for data in _render(taken):
+            if chunk and size + len(data) > _CHUNK:
+                chunks.append(b"".join(chunk).decode())
+                chunk, size = [], 0
+            chunk.append(data)
+            size += len(data)
+        chunks.append(b"".join(chunk).decode())
     if line:
+        chunks.append(line)
+    if chunks:
         stream: TextIO = sys.stderr
-        stream.write(line)
-        stream.flush()
+        for text in chunks:
+            stream.write(text)
+            stream.flush()
 
 
 atexit.register(_flush_pending)
 
 
-def _timestamp() -> str:
-    """``TimeStamper(fmt="iso", utc=True)``'s value (with the microseconds always present), formatted once per
-    second rather than once per line."""
-    now = time.time()
+def _render(events: list[tuple[dict[str, Any], str, contextvars.Context, float]]) -> list[bytes]:
+    """The JSON lines of ``events``, UTF-8: what structlog's processors would write (fields, event, the context
+    variables, level, logger, timestamp), with the constant tail (level, logger) encoded once per logger name."""
+    lines = []
+    for line, name, context, now in events:
+        _merge_context(line, context)
+        if "level" in line or "logger" in line or "timestamp" in line:  # structlog overwrites them in place
+            line["level"] = "info"
+            line["logger"] = name
+            line["timestamp"] = _timestamp(now).decode()
+            lines.append(orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE))
+            continue
+        tail = _tails.get(name) or _tail(name)
+        lines.append(orjson.dumps(line, default=str)[:-1] + tail + _timestamp(now) + b'"}\n')
+    return lines
+
+
+def _timestamp(now: float) -> bytes:
+    """``TimeStamper(fmt="iso", utc=True)``'s value for ``now`` (with the microseconds always present), the date
+    and time formatted once per second rather than once per line."""
+    global _second, _prefix
     second = int(now)
-    if second != _state["second"]:
-        _state["prefix"] = datetime.datetime.fromtimestamp(second, _UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-        _state["second"] = second
-    return f"{_state['prefix']}{int((now - second) * 1_000_000):06d}Z"
+    if second != _second:
+        _prefix = datetime.datetime.fromtimestamp(second, _UTC).strftime("%Y-%m-%dT%H:%M:%S.").encode()
+        _second = second
+    return b"%s%06dZ" % (_prefix, int((now - second) * 1_000_000))
+
+
+_second = -1
+_prefix = b""
+_CONTEXT_PREFIX = structlog.contextvars.STRUCTLOG_KEY_PREFIX
+_context_keys: dict[contextvars.ContextVar[Any], str | None] = {}
+"""Each context variable the access log met -> its structlog key (``None``: not one of structlog's), so the name
+test of ``merge_contextvars`` runs once per variable rather than once per variable per line. The variables are the
+ones the code creates (structlog makes one per key ever bound); ``_MAX_KEYS`` bounds it all the same."""
+_MAX_KEYS = 256
+_tails: dict[str, bytes] = {}
+
+
+def _merge_context(line: dict[str, Any], context: contextvars.Context) -> None:
+    """``structlog.contextvars.merge_contextvars`` (same keys, order and values) from ``context``, the snapshot
+    taken when the event was logged, with each variable's name looked at once."""
+    keys = _context_keys
+    for var, value in context.items():
+        if var in keys:
+            key = keys[var]
+        else:
+            name = var.name
+            key = name[len(_CONTEXT_PREFIX) :] if name.startswith(_CONTEXT_PREFIX) else None
+            if len(keys) >= _MAX_KEYS:
+                keys.clear()
+            keys[var] = key
+        if key is not None and value is not Ellipsis and key not in line:
+            line[key] = value
+
+
+def _tail(name: str) -> bytes:
+    """The constant part of an access line after its fields and context, up to the timestamp's value:
+    ``,"level":"info","logger":NAME,"timestamp":"``, JSON-encoded once per logger name."""
+    tail = b',"level":"info","logger":' + orjson.dumps(name) + b',"timestamp":"'
+    if len(_tails) < _MAX_KEYS:
+        _tails[name] = tail
+    return tail
 
 
 def info_dropped() -> bool:
@@ -208,9 +278,10 @@ def log_event(logger: Any, name: str, event: str, fields: dict[str, Any]) -> Non
     would write (context variables, fields, event, level, logger, timestamp), at half the cost. Inside an
     event loop the lines are written together at the end of the loop iteration (one ``write`` for all the
     requests that finished in it, at most ``PIPE_BUF`` bytes at a time, so lines of several workers never
-    mix): a write per line was the log's largest cost. Any other set-up (console, ``capture_logs``, a level
-    above info) takes structlog's path. ``name`` is ``logger``'s name. ``fields`` becomes the line: the caller
-    hands it over (no copy)."""
+    mix): a write per line was the log's largest cost. The call itself only keeps the fields, the time and a
+    snapshot of the context: the lines are rendered together when they are written, off the request's path. Any
+    other set-up (console, ``capture_logs``, a level above info) takes structlog's path. ``name`` is ``logger``'s
+    name. ``fields`` becomes the line: the caller hands it over (no copy, not to be changed afterwards)."""
     if (
         not _direct["json"]
         or _threshold["level"] > logging.INFO
@@ -218,17 +289,13 @@ def log_event(logger: Any, name: str, event: str, fields: dict[str, Any]) -> Non
     ):
         logger.info(event, **fields)
         return
-    line = fields
-    line["event"] = event
-    structlog.contextvars.merge_contextvars(None, "info", line)
-    line["level"] = "info"
-    line["logger"] = name
-    line["timestamp"] = _timestamp()
-    data = orjson.dumps(line, default=str)
-    if _state["bytes"] + len(data) >= _CHUNK:
+    fields["event"] = event
+    # The context is an immutable snapshot (copied in constant time): its variables are read when the line is
+    # rendered, after the response has left.
+    _pending.append((fields, name, contextvars.copy_context(), time.time()))
+    if len(_pending) >= MAX_PENDING:
         _write_pending()
-    _pending.append(data.decode() + "\n")
-    _state["bytes"] += len(data) + 1
+        return
     scheduled = _state["loop"]
     if scheduled is not None and scheduled.is_running():
         return  # a flush is due on the running loop (only code in it runs now)

@@ -154,3 +154,49 @@ def test_access_lines_are_written_together_in_order_in_whole_lines_of_at_most_pi
     assert len(writes) < 20  # 41 lines of about 300 bytes: about 13 per write, not one write each
     stamps = [line["timestamp"] for line in lines if line["event"] == "http_request"]
     assert all(len(stamp) == 27 and stamp[10] == "T" and stamp.endswith("Z") for stamp in stamps)
+
+
+SNAPSHOT = """
+import asyncio, structlog
+from bastion_core import configure_logging
+from bastion_core._logging import log_event
+configure_logging("info", "json")
+log = structlog.get_logger("bastion.access")
+
+async def main():
+    cases = [
+        {{"sub": "field-wins", "n": 1}},
+        {{"n": 2, "level": "debug"}},
+        {{"n": 3, "extra": {{"quote": 'a"b', "ü": [1.25, None]}}}},
+    ]
+    for fields in cases:
+        with structlog.contextvars.bound_contextvars(request_id="rid-1", sub="from-context", logger="ctx"):
+            log.info("http_request", **dict(fields))
+            log_event(log, "bastion.access", "http_request", fields)
+    await asyncio.sleep(0.05)  # the last line is rendered here, its context long unbound
+
+asyncio.run(main())
+"""
+
+
+def test_a_deferred_line_is_structlogs_line_with_the_context_of_when_it_was_logged() -> None:
+    """The access line is rendered after the response, from the context snapshot taken when it was logged: the
+    same keys in the same order and the same values as structlog's line, whatever the fields and the context
+    hold (a field shadowing a context variable, a context variable or field named like the tail's keys)."""
+    result = subprocess.run(
+        [sys.executable, "-c", SNAPSHOT.format()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    # structlog's line is written at once, after the pending direct line of the case before (rendered then)
+    structlogs, direct = lines[0::2], lines[1::2]
+    assert len(structlogs) == len(direct) == 3
+    for expected, got in zip(structlogs, direct, strict=True):
+        assert expected.pop("timestamp").endswith("Z") and got.pop("timestamp").endswith("Z")
+        assert list(got.items()) == list(expected.items())
+    assert direct[0]["sub"] == "field-wins" and direct[0]["request_id"] == "rid-1"
+    assert (direct[1]["level"], direct[1]["logger"]) == ("info", "bastion.access")
+    assert direct[2]["extra"] == {"quote": 'a"b', "ü": [1.25, None]}

@@ -15,7 +15,9 @@ import pytest
 from bench import brokerload, cpus, harness, loadgen, profile, report, scenarios, stats
 
 SMOKE = harness.Options(rounds=1, duration=0.3, warmup=0.0, connections=4, loadgen="python", write=False)
-NAMES = [scenario.name for scenario in scenarios.SCENARIOS if scenario.workers == 1]
+# The shared-cores rows start the same servers as their pinned twins (smoke-tested here); only their pinning
+# differs, checked below without starting anything.
+NAMES = [scenario.name for scenario in scenarios.SCENARIOS if scenario.workers == 1 and not scenario.shared_cores]
 MULTI_WORKER = tuple(scenario.name for scenario in scenarios.SCENARIOS if scenario.workers > 1)
 """Run by a fixture of their own: each starts several workers, each of which builds the app."""
 
@@ -174,3 +176,12 @@ def test_every_load_generator_reports_p999_and_the_slowest_request() -> None:
     result = stats.load_result([i / 1000 for i in range(1, 2001)], seconds=1.0, non_2xx=0, errors=0)
     assert (result["p99_ms"], result["p999_ms"], result["max_ms"]) == (1980.0, 1998.0, 2000.0)
     assert "latency:percentile(99.9)" in loadgen.WRK_SCRIPT and "latency.max" in loadgen.WRK_SCRIPT
+
+
+def test_the_shared_cores_rows_start_their_processes_unpinned_and_have_a_target() -> None:
+    with cpus.shared_cores():
+        assert cpus.server_preexec() is None and cpus.loadgen_preexec() is None
+    assert (cpus.server_preexec() is None) is (not cpus.PINNED)  # pinned again after the block, where pinning is on
+    shared = [scenario.name for scenario in scenarios.SCENARIOS if scenario.shared_cores]
+    assert shared == ["bastion-secured (shared cores)", "bastion-secured access-log (shared cores)"]
+    assert report.Target(row=shared[1], against=shared[0], factor=0.9) in report.TARGETS
