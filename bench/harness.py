@@ -84,6 +84,9 @@ def _load(scenario: Scenario, target: Target, seconds: float, options: Options) 
         connections=scenario.connections or options.connections,
         headers=target.headers,
         use_wrk=_use_wrk(options),
+        method=target.method,
+        body=target.body,
+        fresh_header=target.fresh_header,
     )
 
 

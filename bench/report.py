@@ -73,6 +73,9 @@ TARGETS = (
     Target(row="grpc-secured", against="grpclib-bare", factor=0.8),
     # issue 16: the access log costs at most 10% of the secured row
     Target(row="bastion-secured access-log", against="bastion-secured", factor=0.9),
+    # issue 32: Idempotency-Key (a new key each request) costs at most 10 % of a POST, a plan's second window 5 %
+    Target(row="bastion-secured POST idempotency", against="bastion-secured POST", factor=0.9),
+    Target(row="bastion-secured plan 2 windows", against="bastion-secured", factor=0.95),
 )
 
 
