@@ -21,9 +21,9 @@ from bastion._cache_store import MemoryCacheStore, RedisCacheStore
 from bastion.config import RateLimitSettings, RouteRule
 from bastion.ratelimit import Bucket, Quota
 from bastion.ratelimit._buckets import RuleSet
+from bastion.ratelimit._capability import RateLimitGuard
 from bastion.ratelimit._distributed import DistributedLimiter
 from bastion.ratelimit._local import LocalLimiter
-from bastion.ratelimit._capability import RateLimitGuard
 from bastion.types import SCOPE_CLAIMS, Message, Receive, Scope, Send
 
 ROUNDS = 5
