@@ -32,6 +32,8 @@ _PRINTABLE = re.compile(rb"[\x20-\x7e]+")
 def parse_key(raw: bytes, *, max_length: int) -> str:
     """The key of an ``Idempotency-Key`` header value; IdempotencyKeyInvalid when it is empty, longer than
     ``max_length`` or not printable ASCII."""
+    if len(raw) <= max_length and raw.replace(b"-", b"").isalnum():
+        return raw.decode("ascii")  # the usual key (a UUID, a token): ASCII letters, digits and dashes, unquoted
     text = raw.strip()
     if len(text) >= 2 and text[:1] == b'"' and text[-1:] == b'"':
         text = text[1:-1]
