@@ -93,6 +93,9 @@ def _load(scenario: Scenario, target: Target, seconds: float, options: Options) 
         headers=target.headers,
         use_wrk=_use_wrk(options),
         placement=cpus.placement(scenario.workers),
+        method=target.method,
+        body=target.body,
+        fresh_header=target.fresh_header,
     )
 
 

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +106,31 @@ def _run(argv: list[str], *, name: str, timeout: float, placement: Placement = D
     )
 
 
+def wrk_request_script(method: str, body: bytes, fresh_header: str | None) -> str:
+    """The Lua lines that make wrk send ``method`` with ``body`` and, with ``fresh_header``, that header with a
+    new value on every request (``<run prefix>-<n>``, the prefix new per run, so no two runs share a value)."""
+    if method == "GET" and not body and fresh_header is None:
+        return ""
+    text = body.decode()
+    if "]]" in text or "\n" in text:
+        raise ValueError("the request body must be one line without ']]' (a Lua long string)")
+    lines = [f'wrk.method = "{method}"', f"wrk.body = [[{text}]]"]
+    if fresh_header is not None:
+        lines += [
+            "local counter, headers = 0, nil",
+            "request = function()",
+            "  if headers == nil then",
+            "    headers = {}",
+            "    for name, value in pairs(wrk.headers) do headers[name] = value end",
+            "  end",
+            "  counter = counter + 1",
+            f'  headers["{fresh_header}"] = "{uuid.uuid4().hex}-" .. counter',
+            "  return wrk.format(nil, nil, headers)",
+            "end",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def http_load(
     url: str,
     *,
@@ -113,18 +139,24 @@ def http_load(
     headers: dict[str, str],
     use_wrk: bool | None = None,
     placement: Placement = DEFAULT,
+    method: str = "GET",
+    body: bytes = b"",
+    fresh_header: str | None = None,
 ) -> Sample:
-    """Load ``url`` with GETs for ``duration`` seconds over ``connections`` keep-alive connections, from the CPUs
-    ``placement`` gives the load generator."""
+    """Load ``url`` for ``duration`` seconds over ``connections`` keep-alive connections, from the CPUs ``placement``
+    gives the load generator: ``method`` requests with ``body`` (GETs by default), ``fresh_header`` (e.g.
+    ``Idempotency-Key``) with a new value on each."""
     header_args = [item for name, value in headers.items() for item in ("-H", f"{name}: {value}")]
     if use_wrk is None:
         use_wrk = wrk_available()
     if not use_wrk:
         argv = [sys.executable, "-m", "bench.pyload", url, "--duration", str(duration)]
-        argv += ["--connections", str(connections), *header_args]
+        argv += ["--connections", str(connections), *header_args, "--method", method]
+        argv += ["--body", body.decode()] if body else []
+        argv += ["--fresh-header", fresh_header] if fresh_header else []
         return _run(argv, name="pyload", timeout=duration + GRACE_SECS, placement=placement)
     with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="bench-wrk-", delete=False) as script:
-        script.write(WRK_SCRIPT)
+        script.write(wrk_request_script(method, body, fresh_header) + WRK_SCRIPT)
     try:
         seconds = max(1, math.ceil(duration))
         argv = ["wrk", f"-t{WRK_THREADS}", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s"]

@@ -117,6 +117,8 @@ class Profiled:
 PROFILED = {
     "bastion-secured": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
     "bastion-secured access-log": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
+    "bastion-secured POST": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
+    "bastion-secured POST idempotency": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
     "mailrelay (4 conn)": Profiled(driver="SMTP, bench.smtpload", package="mailrelay", unit="message", asgi=False),
     "mailrelay queue (4 conn)": Profiled(
         driver="SMTP, bench.smtpload", package="mailrelay", unit="message", asgi=False
@@ -162,7 +164,15 @@ def _load(scenario: Scenario, target: Target, seconds: float, connections: int) 
     if scenario.kind == "grpc":
         address, token = target.grpc_address, target.grpc_token
         return loadgen.grpc_load(address, duration=seconds, concurrency=connections, token=token)
-    return loadgen.http_load(target.url, duration=seconds, connections=connections, headers=target.headers)
+    return loadgen.http_load(
+        target.url,
+        duration=seconds,
+        connections=connections,
+        headers=target.headers,
+        method=target.method,
+        body=target.body,
+        fresh_header=target.fresh_header,
+    )
 
 
 def profile(name: str, seconds: float, *, connections: int = 32, keep: Path | None = None) -> str:

@@ -3,7 +3,8 @@
 Used when ``wrk`` is not installed (and always by the smoke test). A bare asyncio protocol on uvloop
 with the request bytes built once; it tops out around 15-20k req/s on one core here, so it
 under-reports the fastest rows (``raw``, ``starlette``): the results say which generator ran.
-Prints one JSON object. Run: ``python -m bench.pyload URL --duration S --connections N [-H 'name: value']``.
+Prints one JSON object. Run: ``python -m bench.pyload URL --duration S --connections N [-H 'name: value']``
+(``--method POST --body TEXT --fresh-header Idempotency-Key`` for the POST rows).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import json
 import sys
 import time
+import uuid
 from urllib.parse import urlsplit
 
 from bench.loops import run_fast
@@ -34,7 +36,7 @@ class Tally:
 class HttpClient(asyncio.Protocol):
     """Sends ``request``, reads one Content-Length-framed response, records it, sends the next."""
 
-    def __init__(self, request: bytes, tally: Tally, deadline: float, done: asyncio.Future[None]) -> None:
+    def __init__(self, request: Request, tally: Tally, deadline: float, done: asyncio.Future[None]) -> None:
         self.request = request
         self.tally = tally
         self.deadline = deadline
@@ -50,7 +52,7 @@ class HttpClient(asyncio.Protocol):
     def _send(self) -> None:
         assert self.transport is not None
         self.sent_at = time.perf_counter()
-        self.transport.write(self.request)
+        self.transport.write(self.request.next())
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -93,16 +95,47 @@ class HttpClient(asyncio.Protocol):
             self.done.set_result(None)
 
 
-def build_request(url: str, headers: list[str]) -> tuple[str, int, bytes]:
+class Request:
+    """The bytes of each request: always the same, or with ``fresh_header`` set to a new value each time
+    (``<run prefix>-<n>``, the prefix new per run)."""
+
+    def __init__(self, head: bytes, body: bytes, fresh_header: str | None) -> None:
+        self.head, self.body = head, body
+        self.fresh = f"{fresh_header}: {uuid.uuid4().hex}-".encode() if fresh_header else None
+        self.whole = head + b"\r\n" + body
+        self.count = 0
+
+    def next(self) -> bytes:
+        if self.fresh is None:
+            return self.whole
+        self.count += 1
+        return b"%s%s%d\r\n\r\n%s" % (self.head, self.fresh, self.count, self.body)
+
+
+def build_request(
+    url: str, headers: list[str], *, method: str = "GET", body: bytes = b"", fresh_header: str | None = None
+) -> tuple[str, int, Request]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    lines = [f"GET {target} HTTP/1.1", f"Host: {host}:{port}", "User-Agent: bench-pyload/1", *headers]
-    return host, port, ("\r\n".join(lines) + "\r\n\r\n").encode()
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}:{port}", "User-Agent: bench-pyload/1", *headers]
+    if body or method != "GET":
+        lines.append(f"Content-Length: {len(body)}")
+    head = ("\r\n".join(lines) + "\r\n").encode()
+    return host, port, Request(head, body, fresh_header)
 
 
-async def run(url: str, *, duration: float, connections: int, headers: list[str]) -> dict[str, object]:
-    host, port, request = build_request(url, headers)
+async def run(
+    url: str,
+    *,
+    duration: float,
+    connections: int,
+    headers: list[str],
+    method: str = "GET",
+    body: bytes = b"",
+    fresh_header: str | None = None,
+) -> dict[str, object]:
+    host, port, request = build_request(url, headers, method=method, body=body, fresh_header=fresh_header)
     loop = asyncio.get_running_loop()
     tally = Tally()
     started = time.perf_counter()
@@ -135,8 +168,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("-H", "--header", action="append", default=[])
+    parser.add_argument("--method", default="GET")
+    parser.add_argument("--body", default="", help="the request body (sent with a Content-Length)")
+    parser.add_argument("--fresh-header", help="a header sent with a new value on every request")
     args = parser.parse_args(argv)
-    result = run_fast(run(args.url, duration=args.duration, connections=args.connections, headers=args.header))
+    result = run_fast(
+        run(
+            args.url,
+            duration=args.duration,
+            connections=args.connections,
+            headers=args.header,
+            method=args.method,
+            body=args.body.encode(),
+            fresh_header=args.fresh_header,
+        )
+    )
     json.dump(result, sys.stdout)
 
 

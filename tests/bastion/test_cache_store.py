@@ -84,6 +84,15 @@ async def test_a_byte_capped_memory_store_forgets_the_oldest_writes_first() -> N
     assert [await store.get(key) for key in ("a", "b", "c")] == [b"1234", None, b"1234"]
 
 
+async def test_past_its_cap_a_memory_store_forgets_down_to_fifteen_sixteenths_at_once() -> None:
+    """One batch per overflow (not one key per write): the walk to the oldest keys is paid once per batch."""
+    store = MemoryCacheStore(max_bytes=160)
+    for n in range(17):
+        await store.set(f"k{n}", b"0123456789", ttl_secs=60)
+    assert [n for n in range(17) if await store.get(f"k{n}") is None] == [0, 1]
+    assert len(store) == 15
+
+
 async def test_claim_sets_only_an_absent_key_and_returns_what_is_there() -> None:
     store = MemoryCacheStore()
     assert await store.claim("k", b"first", ttl_secs=60) is None

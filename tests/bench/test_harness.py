@@ -12,12 +12,18 @@ import re
 
 import pytest
 
-from bench import brokerload, cpus, harness, loadgen, profile, report, scenarios, stats
+from bench import brokerload, cpus, harness, loadgen, profile, pyload, report, scenarios, stats
 
 SMOKE = harness.Options(rounds=1, duration=0.3, warmup=0.0, connections=4, loadgen="python", write=False)
-# The shared-cores rows start the same servers as their pinned twins (smoke-tested here); only their pinning
-# differs, checked below without starting anything.
-NAMES = [scenario.name for scenario in scenarios.SCENARIOS if scenario.workers == 1 and not scenario.shared_cores]
+SAME_PATHS_AS_A_SMOKED_ROW = {"bastion-secured POST", "bastion-secured-distributed plan 2 windows"}
+"""Rows another smoked row already runs end to end (the POST with idempotency on; the local plan row, the distributed
+row): each costs a server start (and a Valkey) in ``make test`` for no new code path. The shared-cores rows start the
+same servers as their pinned twins; only their pinning differs, checked below without starting anything."""
+NAMES = [
+    scenario.name
+    for scenario in scenarios.SCENARIOS
+    if scenario.workers == 1 and not scenario.shared_cores and scenario.name not in SAME_PATHS_AS_A_SMOKED_ROW
+]
 MULTI_WORKER = tuple(scenario.name for scenario in scenarios.SCENARIOS if scenario.workers > 1)
 """Run by a fixture of their own: each starts several workers, each of which builds the app."""
 
@@ -185,3 +191,20 @@ def test_the_shared_cores_rows_start_their_processes_unpinned_and_have_a_target(
     shared = [scenario.name for scenario in scenarios.SCENARIOS if scenario.shared_cores]
     assert shared == ["bastion-secured (shared cores)", "bastion-secured access-log (shared cores)"]
     assert report.Target(row=shared[1], against=shared[0], factor=0.9) in report.TARGETS
+
+
+def test_the_python_generator_sends_a_fresh_header_value_with_each_post() -> None:
+    _host, _port, request = pyload.build_request(
+        "http://127.0.0.1:1/api", [], method="POST", body=b"{}", fresh_header="Idempotency-Key"
+    )
+    first, second = request.next(), request.next()
+    assert first.startswith(b"POST /api HTTP/1.1\r\n") and b"\r\nContent-Length: 2\r\n" in first
+    assert first.endswith(b"-1\r\n\r\n{}") and second.endswith(b"-2\r\n\r\n{}")
+    assert first.split(b"Idempotency-Key: ")[1][:32] == second.split(b"Idempotency-Key: ")[1][:32]
+
+
+def test_wrk_gets_a_request_script_only_for_a_post_or_a_fresh_header() -> None:
+    assert loadgen.wrk_request_script("GET", b"", None) == ""
+    script = loadgen.wrk_request_script("POST", b'{"a": 1}', "Idempotency-Key")
+    assert 'wrk.method = "POST"' in script and 'wrk.body = [[{"a": 1}]]' in script
+    assert 'headers["Idempotency-Key"] = "' in script

@@ -32,6 +32,8 @@ _PRINTABLE = re.compile(rb"[\x20-\x7e]+")
 def parse_key(raw: bytes, *, max_length: int) -> str:
     """The key of an ``Idempotency-Key`` header value; IdempotencyKeyInvalid when it is empty, longer than
     ``max_length`` or not printable ASCII."""
+    if len(raw) <= max_length and raw.replace(b"-", b"").isalnum():
+        return raw.decode("ascii")  # the usual key (a UUID, a token): ASCII letters, digits and dashes, unquoted
     text = raw.strip()
     if len(text) >= 2 and text[:1] == b'"' and text[-1:] == b'"':
         text = text[1:-1]
@@ -50,9 +52,11 @@ def record_key(caller: str, key: str) -> str:
 
 def fingerprint(method: str, path: str, query: bytes, body: bytes) -> bytes:
     """The request's fingerprint: SHA-256 (hex) of its method, canonical path, query string and body, joined by
-    newlines (none of the first three can hold one: the path normalization refuses control characters)."""
-    parts = (method.encode(), path.encode("utf-8", "surrogateescape"), query, body)
-    return hashlib.sha256(b"\n".join(parts)).hexdigest().encode()
+    newlines (none of the first three can hold one: the path normalization refuses control characters). The body
+    is hashed where it lies, not copied."""
+    digest = hashlib.sha256(b"%s\n%s\n%s\n" % (method.encode(), path.encode("utf-8", "surrogateescape"), query))
+    digest.update(body)
+    return digest.hexdigest().encode()
 
 
 class Stored(NamedTuple):
@@ -75,8 +79,17 @@ def running_record(print_: bytes) -> bytes:
 def done_record(print_: bytes, status: int, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> bytes:
     """``D<fingerprint><status>\\r\\n<name>: <value>\\r\\n...\\r\\n\\r\\n<body>``: the shape of an HTTP response head
     (a header name or value never holds CR or LF), written and read without a JSON round."""
-    head = b"\r\n".join([b"%d" % status, *(name + b": " + value for name, value in headers)])
-    return b"".join((DONE, print_, head, b"\r\n\r\n", body))
+    return record_of(print_, response_head(status, headers), body)
+
+
+def response_head(status: int, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """The part of a done record between the fingerprint and the body: status and headers, blank line included."""
+    return b"%d\r\n%s\r\n" % (status, b"".join([name + b": " + value + b"\r\n" for name, value in headers]))
+
+
+def record_of(print_: bytes, head: bytes, body: bytes) -> bytes:
+    """A done record from a :func:`response_head` rendered earlier."""
+    return b"".join((DONE, print_, head, body))
 
 
 def read_record(raw: bytes) -> Stored | None:

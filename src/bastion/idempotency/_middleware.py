@@ -40,11 +40,12 @@ from bastion.errors import (
 from bastion.idempotency._keys import (
     IdempotentRoutes,
     Stored,
-    done_record,
     fingerprint,
     parse_key,
     read_record,
     record_key,
+    record_of,
+    response_head,
     running_record,
 )
 from bastion.types import SCOPE_CLAIMS, ASGIApp, Message, Receive, Scope, Send
@@ -75,15 +76,20 @@ class IdempotencyMiddleware:
         self.app = app
         self.settings = settings
         self.routes = routes
+        self.match = routes.match
         self.store = store
         self.metrics = metrics
         self._releasing: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.routes.match(scope["method"], scope["path"]):
+        if scope["type"] != "http" or not self.match(scope["method"], scope["path"]):
             await self.app(scope, receive, send)
             return
-        raw = next((value for name, value in scope["headers"] if name == HEADER), None)
+        raw = None
+        for name, value in scope["headers"]:
+            if name == HEADER:
+                raw = value
+                break
         caller = _caller(scope)
         if raw is None or caller is None:
             if raw is None and self.settings.required:
@@ -130,26 +136,22 @@ class IdempotencyMiddleware:
         """Run the handler; store its response if it qualifies, else release the key."""
         cap = self.settings.max_response_bytes
         stored = False
-        start: Message | None = None
-        chunks: list[bytes] = []
-        size = 0
-        storable = True
+        head: bytes | None = None
+        """The response's status and headers while it may still be stored."""
 
         async def recording(message: Message) -> None:
-            nonlocal start, size, storable, stored
-            kind = message["type"]
-            if kind == "http.response.start":
-                start = message
-                storable = message["status"] < 500
-            elif kind == "http.response.body" and storable:
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if message.get("more_body", False) or size > cap:
-                    storable = False  # streaming or over the cap: not stored
+            nonlocal head, stored
+            if message["type"] == "http.response.start":
+                # Rendered now: the layers further out add their own headers (request id, quota, security headers)
+                # to this same message on its way out, and a replay gets theirs afresh.
+                head = response_head(message["status"], message.get("headers", ())) if message["status"] < 500 else None
+            elif head is not None and message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                if message.get("more_body", False) or len(body) > cap:
+                    head = None  # streaming or over the cap: not stored
                 else:
-                    chunks.append(chunk)
-                    assert start is not None
-                    stored = await self._store(key, print_, start, b"".join(chunks))
+                    stored = await self._store(key, record_of(print_, head, body))
+                    head = None
             await send(message)
 
         try:
@@ -161,8 +163,7 @@ class IdempotencyMiddleware:
             self.metrics.idempotency("not_stored")
             self._release(key)
 
-    async def _store(self, key: str, print_: bytes, start: Message, body: bytes) -> bool:
-        record = done_record(print_, start["status"], start.get("headers", ()), body)
+    async def _store(self, key: str, record: bytes) -> bool:
         try:
             await self.store.set(key, record, ttl_secs=self.settings.ttl_secs)
         except CacheStoreError:

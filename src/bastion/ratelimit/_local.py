@@ -97,17 +97,21 @@ class LocalLimiter:
         )
 
     def _charge_windows(self, bucket: Bucket, now: float) -> Outcome:
-        """Several windows: each decides; the request counts in all of them only when all allow it."""
+        """Several windows: each decides; the request counts in all of them only when all allow it. One pass
+        over the windows; the tats are written (and the keys touched) after it."""
         tats = self._tats
-        windows = bucket.windows()
-        steps = [gcra(tats.get(key), now, interval=quota.interval_secs, burst=quota.burst) for key, quota in windows]
-        allowed = all([step[0] for step in steps])
         states = []
-        for (key, quota), step in zip(windows, steps, strict=True):
-            if allowed:
-                tats[key] = step[1]
-            self._touch(key, now)
+        steps = []
+        allowed = True
+        for key, quota in ((bucket.key, bucket.quota), *bucket.more):
+            step = gcra(tats.get(key), now, interval=quota.interval_secs, burst=quota.burst)
+            allowed = allowed and step[0]
+            steps.append((key, step[1]))
             states.append((quota, step[0], step[2], step[3], step[4]))
+        for key, tat in steps:
+            if allowed:
+                tats[key] = tat
+            self._touch(key, now)
         return combine(tuple(states), self._wall_clock())
 
     def _touch(self, key: str, now: float) -> None:

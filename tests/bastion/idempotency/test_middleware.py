@@ -75,6 +75,22 @@ def test_a_repeated_key_replays_the_response_without_running_the_handler(tmp_pat
     assert again.headers["x-request-id"] != first.headers["x-request-id"]  # the replay is a request of its own
 
 
+def test_a_replay_carries_each_header_of_the_outer_layers_once(tmp_path: Path) -> None:
+    """Without Accept-Encoding the response start passes the outer layers as one message, which they extend: the
+    record keeps the handler's headers only, so a replay gets the request id, quota and Vary once, its own."""
+    calls: list[str] = []
+    with ServiceClient(orders_service(calls), config=config(tmp_path)) as client:
+        alice = client.as_user("alice")
+        plain = {**KEY, "Accept-Encoding": "identity"}
+        first = alice.post("/api/v1/orders", json={"item": "book"}, headers=plain)
+        again = alice.post("/api/v1/orders", json={"item": "book"}, headers=plain)
+    names = [name.decode().lower() for name, _ in again.headers.raw]
+    assert again.headers["idempotent-replayed"] == "true"
+    assert {"x-ratelimit-remaining", "x-request-id"} <= {*names}
+    assert sorted(names) == sorted({*names})
+    assert again.headers["x-request-id"] != first.headers["x-request-id"]
+
+
 def test_the_same_key_with_another_body_is_422(tmp_path: Path) -> None:
     calls: list[str] = []
     with ServiceClient(orders_service(calls), config=config(tmp_path)) as client:
