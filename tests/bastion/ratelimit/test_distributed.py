@@ -112,17 +112,19 @@ class TestAutoPipelining:
         limiter = DistributedLimiter(store)
         bucket = Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(5))
         await limiter.charge(Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(5)))  # loads it
-        pipelines = 0
-        make_pipeline = store.client.pipeline
+        pool = store.client.connection_pool
+        checkouts = 0
+        get_connection = pool.get_connection
 
-        def counting_pipeline(*args: Any, **kwargs: Any) -> Any:
-            nonlocal pipelines
-            pipelines += 1
-            return make_pipeline(*args, **kwargs)
+        async def counting_checkout(*args: Any, **kwargs: Any) -> Any:
+            nonlocal checkouts
+            checkouts += 1
+            return await get_connection(*args, **kwargs)
 
-        monkeypatch.setattr(store.client, "pipeline", counting_pipeline)
+        # One pipeline = one pooled connection taken for one write of every call and the reading of their replies.
+        monkeypatch.setattr(pool, "get_connection", counting_checkout)
         outcomes = await asyncio.gather(*(limiter.charge(bucket) for _ in range(20)))
-        assert pipelines == 1
+        assert checkouts == 1
         assert [o.allowed for o in outcomes] == [True] * 5 + [False] * 15
         assert [o.remaining for o in outcomes[:5]] == [4, 3, 2, 1, 0]
 
