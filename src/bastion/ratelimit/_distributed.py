@@ -31,7 +31,9 @@ log = structlog.get_logger("bastion.ratelimit")
 MICROS = 1_000_000
 
 # KEYS[1] = bucket key; ARGV[1] = emission interval (microseconds), ARGV[2] = burst.
-# Returns {allowed (0/1), remaining, retry_after_us, reset_after_us, now_us}. Same logic as local.gcra().
+# Returns "allowed (0/1) remaining retry_after_us reset_after_us now_us". Same logic as local.gcra().
+# The scripts answer one string of integers, not an array: redis-py reads a bulk string in two reads where an array
+# of n integers takes n + 1 line reads, the dearest part of parsing a reply (bench/README.md).
 GCRA_SCRIPT = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -42,27 +44,27 @@ if tat < now then tat = now end
 local new_tat = tat + interval
 local allow_at = new_tat - burst * interval
 if now < allow_at then
-  return {0, 0, allow_at - now, tat - now, now}
+  return string.format('0 0 %.0f %.0f %.0f', allow_at - now, tat - now, now)
 end
 local ttl_ms = math.max(1, math.ceil((new_tat - now) / 1000))
 redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', ttl_ms)
-return {1, math.floor((now - allow_at) / interval), 0, new_tat - now, now}
+return string.format('1 %.0f 0 %.0f %.0f', math.floor((now - allow_at) / interval), new_tat - now, now)
 """
 # The same with a revocation check first, so that token revocation and the limiter cost one round trip:
-# KEYS[2] = jwt:revoked:{jti}; a revoked token returns {-1, ...} and charges nothing.
+# KEYS[2] = jwt:revoked:{jti}; a revoked token returns "-1 ..." and charges nothing.
 REVOKED = -1
 GCRA_UNLESS_REVOKED_SCRIPT = (
-    "if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, 0, 0, 0, 0} end\n" + GCRA_SCRIPT.lstrip("\n")
+    "if redis.call('EXISTS', KEYS[2]) == 1 then return '-1 0 0 0 0' end\n" + GCRA_SCRIPT.lstrip("\n")
 )
 # Several windows in one script, so a plan's minute and day windows still cost one round trip: KEYS[1..n] the
 # windows' keys (KEYS[n+1], when given, a jwt:revoked:{jti} key checked first); ARGV[1] = n, then the interval
 # (microseconds) and burst of each window. Every window decides; the request counts in all of them only when
-# all allow it. Returns {allowed, retry_after_us, now_us, remaining_1, reset_after_us_1, ...}.
+# all allow it. Returns "allowed retry_after_us now_us remaining_1 reset_after_us_1 ..."
 WINDOWS_SCRIPT = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local n = tonumber(ARGV[1])
-if #KEYS > n and redis.call('EXISTS', KEYS[n + 1]) == 1 then return {-1, 0, 0} end
+if #KEYS > n and redis.call('EXISTS', KEYS[n + 1]) == 1 then return '-1 0 0' end
 local out = {1, 0, now}
 local tats = {}
 for i = 1, n do
@@ -88,7 +90,8 @@ if out[1] == 1 then
     redis.call('SET', KEYS[i], string.format('%.0f', tats[i]), 'PX', math.max(1, math.ceil((tats[i] - now) / 1000)))
   end
 end
-return out
+for i = 1, #out do out[i] = string.format('%.0f', out[i]) end
+return table.concat(out, ' ')
 """
 
 
@@ -150,7 +153,7 @@ class DistributedLimiter:
         except self._errors as exc:
             raise self._failed(exc) from exc
         self._recovered()
-        allowed, remaining, retry_after_us, reset_after_us, now_us = (int(value) for value in reply)
+        allowed, remaining, retry_after_us, reset_after_us, now_us = map(int, reply.split())
         if allowed == REVOKED:
             return None
         return Outcome(
@@ -176,7 +179,7 @@ class DistributedLimiter:
         except self._errors as exc:
             raise self._failed(exc) from exc
         self._recovered()
-        allowed, retry_after_us, now_us, *states = (int(value) for value in reply)
+        allowed, retry_after_us, now_us, *states = map(int, reply.split())
         if allowed == REVOKED:
             return None
         decided = []
