@@ -25,6 +25,7 @@ from bastion._cache_store import CacheStore, RedisCacheStore
 from bastion.errors import CacheStoreError
 from bastion.ratelimit._buckets import Bucket, Outcome, combine
 from bastion.ratelimit._local import gcra
+from bastion_core import running_loop
 
 log = structlog.get_logger("bastion.ratelimit")
 
@@ -243,12 +244,17 @@ class ScriptBatch:
     """
 
     def __init__(self, client: Any) -> None:
+        from redis.exceptions import NoScriptError, ResponseError
+
         self.client = client
+        self._no_script: type[Exception] = NoScriptError
+        self._reply_error: type[Exception] = ResponseError
+        self._encode: Callable[[str], bytes] = client.get_encoder().encode
         self._pending: list[tuple[Any, list[str], list[int], asyncio.Future[Any]]] = []
         self._sending: set[asyncio.Task[None]] = set()
 
     def call(self, script: Any, keys: list[str], args: list[int]) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._pending:
             loop.call_soon(self._flush)
@@ -257,16 +263,14 @@ class ScriptBatch:
 
     def _flush(self) -> None:
         batch, self._pending = self._pending, []
-        task = asyncio.get_running_loop().create_task(self._send(batch))
+        task = running_loop().create_task(self._send(batch))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
     async def _send(self, batch: list[tuple[Any, list[str], list[int], asyncio.Future[Any]]]) -> None:
-        from redis.exceptions import NoScriptError
-
         try:
             replies = await self._exchange(
-                [("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args, _ in batch]
+                b"".join(self._command(script, keys, args) for script, keys, args, _ in batch), len(batch)
             )
         except BaseException as exc:  # connection lost, timeout, cancelled: every call of the batch fails
             for *_, future in batch:
@@ -278,29 +282,37 @@ class ScriptBatch:
         for (script, keys, args, future), reply in zip(batch, replies, strict=True):
             if future.done():
                 continue
-            if isinstance(reply, NoScriptError):
+            if isinstance(reply, self._no_script):
                 self._retry(script, keys, args, future)
             elif isinstance(reply, Exception):
                 future.set_exception(reply)
             else:
                 future.set_result(reply)
 
-    async def _exchange(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """One write of every command and their replies in order, on one pooled connection; a reply that is an
-        error (NOSCRIPT, a script error) is returned in its place. A timeout or connection error closes the
-        connection (redis-py does, so the next batch reconnects) and raises."""
-        from redis.exceptions import ResponseError
+    def _command(self, script: Any, keys: list[str], args: list[int]) -> bytes:
+        """``EVALSHA sha len(keys) *keys *args`` in the protocol (RESP): what redis-py's ``pack_command`` makes, keys
+        encoded by the client's own encoder, in about half its time (no general cases: every argument is
+        small)."""
+        items = [script.sha.encode(), b"%d" % len(keys), *map(self._encode, keys), *(b"%d" % arg for arg in args)]
+        return b"*%d\r\n$7\r\nEVALSHA\r\n%s" % (
+            len(items) + 1,
+            b"".join(b"$%d\r\n%s\r\n" % (len(item), item) for item in items),
+        )
 
+    async def _exchange(self, packed: bytes, count: int) -> list[Any]:
+        """One write of ``count`` packed commands and their replies in order, on one pooled connection; a reply that
+        is an error (NOSCRIPT, a script error) is returned in its place. A timeout or connection error closes the
+        connection (redis-py does, so the next batch reconnects) and raises."""
         pool = self.client.connection_pool
         connection = await pool.get_connection()
         try:
             async with asyncio.timeout(connection.socket_timeout):
-                await connection.send_packed_command(connection.pack_commands(commands))
+                await connection.send_packed_command(packed)
                 replies: list[Any] = []
-                for _ in commands:
+                for _ in range(count):
                     try:
                         replies.append(await connection.read_response(timeout=math.inf))
-                    except ResponseError as exc:
+                    except self._reply_error as exc:
                         replies.append(exc)
         finally:
             await pool.release(connection)

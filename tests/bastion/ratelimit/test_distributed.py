@@ -172,6 +172,15 @@ class TestAutoPipelining:
         await store.close()
         assert [type(result) for result in results] == [CacheStoreError] * 5
 
+    async def test_a_command_is_packed_as_redis_py_packs_it(self, store: RedisCacheStore) -> None:
+        from redis.asyncio.connection import Connection
+
+        limiter = DistributedLimiter(store)
+        keys, args = ["rate_limit:user:\u00e5sa k\u00e9:60", "jwt:revoked:j-1"], [6_000_000, 10]
+        packed = limiter._batch._command(limiter._windows_script, keys, args)
+        command = ("EVALSHA", limiter._windows_script.sha, len(keys), *keys, *args)
+        assert packed == b"".join(Connection().pack_command(*command))
+
 
 class TestThroughTheApp:
     async def test_key_shapes(self, asgi_client: Client, valkey_url: str, store: RedisCacheStore) -> None:
