@@ -172,6 +172,25 @@ class TestAutoPipelining:
         await store.close()
         assert [type(result) for result in results] == [CacheStoreError] * 5
 
+    async def test_a_batch_past_the_timeout_fails_closed_and_the_next_call_reads_its_own_reply(
+        self, valkey_url: str, store: RedisCacheStore
+    ) -> None:
+        slow = RedisCacheStore(valkey_url, timeout_secs=0.2)
+        limiter = DistributedLimiter(slow)
+        bucket = Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(10))
+        assert (await limiter.charge(bucket)).remaining == 9  # connected, script loaded
+        await store.client.client_pause(10_000, all=False)  # write commands (the script) wait: past the timeout
+        try:
+            with capture_logs():
+                results = await asyncio.gather(*(limiter.charge(bucket) for _ in range(3)), return_exceptions=True)
+        finally:
+            await store.client.client_unpause()
+        assert [type(result) for result in results] == [CacheStoreError] * 3
+        outcome = await limiter.charge(bucket)  # on a new connection: its own reply, not a late one of the batch
+        stored = await store.client.get(bucket.key)
+        assert int(stored) == pytest.approx(outcome.reset_at * 1_000_000, abs=1)
+        await slow.close()
+
     async def test_a_command_is_packed_as_redis_py_packs_it(self, store: RedisCacheStore) -> None:
         from redis.asyncio.connection import Connection
 
