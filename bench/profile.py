@@ -119,6 +119,7 @@ PROFILED = {
     "bastion-secured access-log": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
     "bastion-secured POST": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
     "bastion-secured POST idempotency": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
+    "bastion-secured-distributed": Profiled(driver="HTTP, wrk", package="bastion", unit="request", asgi=True),
     "mailrelay (4 conn)": Profiled(driver="SMTP, bench.smtpload", package="mailrelay", unit="message", asgi=False),
     "mailrelay queue (4 conn)": Profiled(
         driver="SMTP, bench.smtpload", package="mailrelay", unit="message", asgi=False

@@ -112,17 +112,19 @@ class TestAutoPipelining:
         limiter = DistributedLimiter(store)
         bucket = Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(5))
         await limiter.charge(Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(5)))  # loads it
-        pipelines = 0
-        make_pipeline = store.client.pipeline
+        pool = store.client.connection_pool
+        checkouts = 0
+        get_connection = pool.get_connection
 
-        def counting_pipeline(*args: Any, **kwargs: Any) -> Any:
-            nonlocal pipelines
-            pipelines += 1
-            return make_pipeline(*args, **kwargs)
+        async def counting_checkout(*args: Any, **kwargs: Any) -> Any:
+            nonlocal checkouts
+            checkouts += 1
+            return await get_connection(*args, **kwargs)
 
-        monkeypatch.setattr(store.client, "pipeline", counting_pipeline)
+        # One pipeline = one pooled connection taken for one write of every call and the reading of their replies.
+        monkeypatch.setattr(pool, "get_connection", counting_checkout)
         outcomes = await asyncio.gather(*(limiter.charge(bucket) for _ in range(20)))
-        assert pipelines == 1
+        assert checkouts == 1
         assert [o.allowed for o in outcomes] == [True] * 5 + [False] * 15
         assert [o.remaining for o in outcomes[:5]] == [4, 3, 2, 1, 0]
 
@@ -169,6 +171,34 @@ class TestAutoPipelining:
             results = await asyncio.gather(*(limiter.charge(bucket) for _ in range(5)), return_exceptions=True)
         await store.close()
         assert [type(result) for result in results] == [CacheStoreError] * 5
+
+    async def test_a_batch_past_the_timeout_fails_closed_and_the_next_call_reads_its_own_reply(
+        self, valkey_url: str, store: RedisCacheStore
+    ) -> None:
+        slow = RedisCacheStore(valkey_url, timeout_secs=0.2)
+        limiter = DistributedLimiter(slow)
+        bucket = Bucket(key=f"rate_limit:user:{unique()}:60", quota=Quota.per_minute(10))
+        assert (await limiter.charge(bucket)).remaining == 9  # connected, script loaded
+        await store.client.client_pause(10_000, all=False)  # write commands (the script) wait: past the timeout
+        try:
+            with capture_logs():
+                results = await asyncio.gather(*(limiter.charge(bucket) for _ in range(3)), return_exceptions=True)
+        finally:
+            await store.client.client_unpause()
+        assert [type(result) for result in results] == [CacheStoreError] * 3
+        outcome = await limiter.charge(bucket)  # on a new connection: its own reply, not a late one of the batch
+        stored = await store.client.get(bucket.key)
+        assert int(stored) == pytest.approx(outcome.reset_at * 1_000_000, abs=1)
+        await slow.close()
+
+    async def test_a_command_is_packed_as_redis_py_packs_it(self, store: RedisCacheStore) -> None:
+        from redis.asyncio.connection import Connection
+
+        limiter = DistributedLimiter(store)
+        keys, args = ["rate_limit:user:\u00e5sa k\u00e9:60", "jwt:revoked:j-1"], [6_000_000, 10]
+        packed = limiter._batch._command(limiter._windows_script, keys, args)
+        command = ("EVALSHA", limiter._windows_script.sha, len(keys), *keys, *args)
+        assert packed == b"".join(Connection().pack_command(*command))
 
 
 class TestThroughTheApp:
