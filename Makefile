@@ -78,7 +78,7 @@ COMPAT_SETS := oldest middle
 COMPAT_TESTS := tests/bastion/compat tests/bastion/routing/test_compiled.py tests/bastion/test_listener.py \
 	tests/bastion/test_listener_framing.py tests/bastion/test_grpc_deadlines.py tests/bastion/test_grpc_frames.py \
 	tests/bastion/test_grpc_hpack.py tests/bastion/test_grpc_metadata.py tests/bastion/test_grpc_transport.py \
-	tests/mailrelay/smtp/test_compat.py tests/e2e
+	tests/bastion/ratelimit/test_distributed.py tests/mailrelay/smtp/test_compat.py tests/e2e
 
 .venv-compat-%/.installed: pyproject.toml compat/%.txt
 	test -x .venv-compat-$*/bin/python || $(PYTHON) -m venv .venv-compat-$*
