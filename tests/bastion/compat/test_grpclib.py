@@ -6,12 +6,14 @@ Assumptions (each listed with its meaning in ``bastion/_compat/grpclib.py``): ``
 a subclass), ``Server._handlers``, ``Stream._stream`` (``recv_data``: exact size, ``b""`` at a clean end,
 AssertionError at a short one), ``Stream._cardinality``, ``Stream._codec``, ``Stream._recv_type``,
 ``Stream._dispatch``, ``Stream._messages_received``, ``Stream._send_initial_metadata_done``,
-``Stream._content_type``.
+``Stream._content_type``, ``Stream._send_trailing_metadata_done``, ``Stream._send_message_done``,
+``Stream._status_details_codec`` (and the HTTP/2 stream's ``closable`` and ``reset_nowait``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 import grpclib
@@ -21,6 +23,7 @@ from grpclib.encoding.proto import ProtoCodec
 from grpclib.events import _DispatchServerEvents
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from grpclib.protocol import Buffer, Connection, H2Protocol
+from grpclib.protocol import Stream as GrpclibH2Stream
 from grpclib.server import Handler, Server, Stream
 from h2.connection import H2Connection
 
@@ -184,3 +187,19 @@ def test_the_initial_metadata_state_the_sender_reads() -> None:
     assert stream._send_initial_metadata_done is False
     assert stream._content_type == "application/grpc+proto"
     assert callable(stream._dispatch.send_initial_metadata)
+
+
+def test_the_trailing_metadata_state_the_sender_reads() -> None:
+    stream = call()[0]
+    assert stream._send_trailing_metadata_done is False
+    assert stream._send_message_done is False
+    assert stream._status_details_codec is None
+    assert isinstance(GrpclibH2Stream.closable, property)
+    assert callable(GrpclibH2Stream.reset_nowait)
+    assert list(inspect.signature(Stream.send_trailing_metadata).parameters) == [
+        "self",
+        "status",
+        "status_message",
+        "status_details",
+        "metadata",
+    ]
