@@ -172,12 +172,12 @@ class GrpcGuard:
         peer = event.peer.addr()
         peer_ip = parse_ip(str(peer[0])) if peer else None
         headers = [(b"user-agent", (event.user_agent or "").encode("latin-1", "replace"))]
-        if event.metadata is not None:
-            headers.extend(
-                (str(name).lower().encode("latin-1", "replace"), str(value).encode("latin-1", "replace"))
+        if event.metadata is not None:  # a MultiDict: str names; str values (bytes for "-bin" names)
+            headers += [
+                (name.lower().encode("latin-1", "replace"), value.encode("latin-1", "replace"))
                 for name, value in event.metadata.items()
                 if isinstance(value, str)
-            )
+            ]
         scope: Scope = {
             "type": "grpc",
             "method": "POST",  # gRPC is HTTP/2 POST: route rules such as "POST /pkg.Service/*" apply
