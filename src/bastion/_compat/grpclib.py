@@ -20,6 +20,8 @@ the message is read and to tell a broken message from a handler's fault:
   ended it after fewer (``grpclib.protocol.Buffer.read``).
 - ``Stream._cardinality``, ``Stream._codec``, ``Stream._recv_type``: whether the client streams, how its
   messages decode.
+- ``grpclib.protocol.Buffer._eof`` (of the HTTP/2 stream's ``buffer``): the client has ended its request stream,
+  so every byte of it is there and reading it never waits (no message timer is needed).
 - ``Stream._dispatch.recv_message``, ``Stream._messages_received`` and the connection's ``messages_received`` /
   ``last_message_received``: what ``Stream.recv_message`` does with a decoded message (the ``RecvMessage``
   event, the statistics).
@@ -48,7 +50,7 @@ from typing import Any, TypeVar, cast
 from grpclib.const import Status
 from grpclib.exceptions import ProtocolError
 from grpclib.metadata import encode_grpc_message, encode_metadata
-from grpclib.protocol import Connection, H2Protocol
+from grpclib.protocol import Buffer, Connection, H2Protocol
 from grpclib.server import Handler, Server, Stream
 from h2.connection import H2Connection
 from multidict import MultiDict
@@ -62,6 +64,7 @@ VERIFIED = "grpclib 0.4.9"
 SUPPORTED = "grpclib 0.4.7 to 0.4.x"
 """The range pyproject.toml declares (`make compat` runs its oldest release)."""
 _ASSUMED = {
+    Buffer: ("_eof",),
     Connection: ("_connection", "_transport"),
     Server: ("_protocol_factory", "_handlers"),
     Stream: (
@@ -150,6 +153,11 @@ async def recv_bytes(stream: Stream[Any, Any], size: int) -> bytes:
     except AssertionError:  # grpclib's Buffer.read: "Received less data than expected"
         raise StreamEnded from None
     return data
+
+
+def request_ended(stream: Stream[Any, Any]) -> bool:
+    """Whether the client has ended its request stream: all of it has arrived, reading it never waits."""
+    return bool(stream._stream.buffer._eof)
 
 
 def client_streams(stream: Stream[Any, Any]) -> bool:

@@ -342,7 +342,7 @@ class GrpcGuard:
 
         async def recv_message() -> Any:
             nonlocal received
-            if timeout is None:
+            if timeout is None or grpclib_compat.request_ended(stream):  # nothing to wait for: no timer
                 data = await read()
             else:
                 loop = running_loop()

@@ -7,7 +7,8 @@ a subclass), ``Server._handlers``, ``Stream._stream`` (``recv_data``: exact size
 AssertionError at a short one), ``Stream._cardinality``, ``Stream._codec``, ``Stream._recv_type``,
 ``Stream._dispatch``, ``Stream._messages_received``, ``Stream._send_initial_metadata_done``,
 ``Stream._content_type``, ``Stream._send_trailing_metadata_done``, ``Stream._send_message_done``,
-``Stream._status_details_codec`` (and the HTTP/2 stream's ``closable`` and ``reset_nowait``).
+``Stream._status_details_codec`` (and the HTTP/2 stream's ``closable`` and ``reset_nowait``), ``Buffer._eof`` (of the
+HTTP/2 stream's ``buffer``).
 """
 
 from __future__ import annotations
@@ -158,6 +159,15 @@ async def test_a_stream_ended_inside_the_bytes_asked_is_stream_ended() -> None:
     h2_stream.buffer.eof()
     with pytest.raises(grpclib_compat.StreamEnded):
         await grpclib_compat.recv_bytes(stream, 5)
+
+
+async def test_a_request_has_ended_once_the_client_ended_its_stream() -> None:
+    stream, h2_stream = call()
+    h2_stream.buffer.add(b"\x00\x00\x00\x00\x00", 5)
+    assert not grpclib_compat.request_ended(stream)
+    h2_stream.buffer.eof()
+    assert grpclib_compat.request_ended(stream)
+    assert await grpclib_compat.recv_bytes(stream, 5) == b"\x00\x00\x00\x00\x00"
 
 
 def test_cardinality_says_whether_the_client_streams() -> None:
