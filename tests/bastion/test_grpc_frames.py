@@ -233,6 +233,18 @@ def test_outbound_frames_are_counted_only_while_the_socket_takes_no_more() -> No
     assert outbound.data_frames == 1
 
 
+def test_data_frames_are_counted_in_every_write_whatever_their_length() -> None:
+    """The WINDOW_UPDATE allowance grows with the DATA frames sent: each is counted, paused or not, the frame
+    lengths (24 bits) read right past 255 and 65,535 bytes."""
+    outbound = OutboundFrames(LIMITS)
+    big, bigger = frame(DATA, 0, 1, b"x" * 300), frame(DATA, 0, 3, b"y" * 70_000)
+    assert outbound.written(frame(HEADERS, END_HEADERS, 1, b"\x88") + big + bigger + frame(DATA, 0, 5, b"")) is None
+    assert outbound.data_frames == 3 and outbound.frames == 0
+    outbound.pause()
+    assert outbound.written(memoryview(big + frame(PING, ACK, 0, b"\x00" * 8))) is None
+    assert (outbound.data_frames, outbound.frames, outbound.control_frames) == (4, 2, 1)
+
+
 def test_the_token_bucket_allows_a_burst_then_the_rate() -> None:
     now = [100.0]
     bucket = TokenBucket(3, 10.0, lambda: now[0])

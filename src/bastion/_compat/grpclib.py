@@ -20,13 +20,18 @@ the message is read and to tell a broken message from a handler's fault:
   ended it after fewer (``grpclib.protocol.Buffer.read``).
 - ``Stream._cardinality``, ``Stream._codec``, ``Stream._recv_type``: whether the client streams, how its
   messages decode.
+- ``grpclib.protocol.Buffer._eof`` (of the HTTP/2 stream's ``buffer``): the client has ended its request stream,
+  so every byte of it is there and reading it never waits (no message timer is needed).
 - ``Stream._dispatch.recv_message``, ``Stream._messages_received`` and the connection's ``messages_received`` /
   ``last_message_received``: what ``Stream.recv_message`` does with a decoded message (the ``RecvMessage``
   event, the statistics).
 
 It sends the initial metadata with the call's request id last (what ``Stream.send_initial_metadata`` does):
 ``Stream._send_initial_metadata_done``, ``Stream._content_type``, ``Stream._dispatch.send_initial_metadata`` and
-the HTTP/2 stream's ``send_headers``.
+the HTTP/2 stream's ``send_headers``. It sends the trailers of a call its handler ran without the
+``SendTrailingMetadata`` event (what ``Stream.send_trailing_metadata`` does): ``Stream._send_trailing_metadata_done``,
+``Stream._send_message_done``, ``Stream._status_details_codec`` and the HTTP/2 stream's ``closable`` and
+``reset_nowait``.
 
 The HTTP/2 limits and the message checks depend on these: ``check()`` runs at start-up (with gRPC enabled) and
 refuses to serve, in one line naming the supported versions, when one is missing.
@@ -39,12 +44,13 @@ import asyncio
 import importlib.metadata
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any, TypeVar, cast
 
+from grpclib.const import Status
 from grpclib.exceptions import ProtocolError
-from grpclib.metadata import encode_metadata
-from grpclib.protocol import Connection, H2Protocol
+from grpclib.metadata import encode_grpc_message, encode_metadata
+from grpclib.protocol import Buffer, Connection, H2Protocol
 from grpclib.server import Handler, Server, Stream
 from h2.connection import H2Connection
 from multidict import MultiDict
@@ -58,6 +64,7 @@ VERIFIED = "grpclib 0.4.9"
 SUPPORTED = "grpclib 0.4.7 to 0.4.x"
 """The range pyproject.toml declares (`make compat` runs its oldest release)."""
 _ASSUMED = {
+    Buffer: ("_eof",),
     Connection: ("_connection", "_transport"),
     Server: ("_protocol_factory", "_handlers"),
     Stream: (
@@ -69,6 +76,9 @@ _ASSUMED = {
         "_messages_received",
         "_send_initial_metadata_done",
         "_content_type",
+        "_send_trailing_metadata_done",
+        "_send_message_done",
+        "_status_details_codec",
     ),
 }
 PRIVATE_NAMES = frozenset(name for names in _ASSUMED.values() for name in names)
@@ -145,6 +155,11 @@ async def recv_bytes(stream: Stream[Any, Any], size: int) -> bytes:
     return data
 
 
+def request_ended(stream: Stream[Any, Any]) -> bool:
+    """Whether the client has ended its request stream: all of it has arrived, reading it never waits."""
+    return bool(stream._stream.buffer._eof)
+
+
 def client_streams(stream: Stream[Any, Any]) -> bool:
     """Whether the client sends a stream of messages (else exactly one)."""
     return bool(stream._cardinality.client_streaming)
@@ -191,3 +206,49 @@ def initial_metadata_sender(
         sent()
 
     return send_initial_metadata
+
+
+_STATUS_VALUES = {status: str(status.value) for status in Status}
+"""``grpc-status`` values, made once."""
+
+
+def trailing_metadata_sender(
+    stream: Stream[Any, Any], ending: Callable[[Status, bool], Iterable[tuple[str, str]]]
+) -> Callable[..., Awaitable[None]]:
+    """``Stream.send_trailing_metadata`` without the ``SendTrailingMetadata`` event: ``ending(status, trailers_only)``
+    is told the call's status and gives the trailing metadata to add (names and values Bastion made: sane, so
+    grpclib's metadata validation is skipped, as is the event object and its empty ``MultiDict``).
+
+    Trailers with the handler's own metadata or status details go through grpclib's method (and its event).
+    """
+    original = stream.send_trailing_metadata
+
+    async def send_trailing_metadata(
+        *,
+        status: Status = Status.OK,
+        status_message: str | None = None,
+        status_details: Any = None,
+        metadata: Any = None,
+    ) -> None:
+        if metadata or (status_details is not None and stream._status_details_codec is not None):
+            await original(
+                status=status, status_message=status_message, status_details=status_details, metadata=metadata
+            )
+            return
+        if stream._send_trailing_metadata_done:
+            raise ProtocolError("Trailing metadata was already sent")
+        if not stream._cardinality.server_streaming and not stream._send_message_done and status is Status.OK:
+            raise ProtocolError("Unary response with OK status requires a single message to be sent")
+        trailers_only = not stream._send_initial_metadata_done
+        headers = [(":status", "200"), ("content-type", stream._content_type)] if trailers_only else []
+        headers.append(("grpc-status", _STATUS_VALUES[status]))
+        if status_message is not None:
+            headers.append(("grpc-message", encode_grpc_message(status_message)))
+        headers.extend(ending(status, trailers_only))
+        h2_stream = stream._stream
+        await h2_stream.send_headers(headers, end_stream=True)
+        stream._send_trailing_metadata_done = True
+        if status != Status.OK and h2_stream.closable:
+            h2_stream.reset_nowait()
+
+    return send_trailing_metadata

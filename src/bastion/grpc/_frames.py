@@ -91,17 +91,20 @@ class OutboundFrames:
     def written(self, data: bytes | bytearray | memoryview) -> Limit | None:
         """Count the frames in ``data``; the limit this write went past, if any."""
         offset, end = 0, len(data)
+        if not self.paused:  # the socket takes writes: only DATA frames count (every write of a call)
+            while offset + HEADER_BYTES <= end:
+                if data[offset + 3] == DATA:
+                    self.data_frames += 1
+                offset += HEADER_BYTES + (data[offset] << 16 | data[offset + 1] << 8 | data[offset + 2])
+            return None
         while offset + HEADER_BYTES <= end:
             kind = data[offset + 3]
             if kind == DATA:
                 self.data_frames += 1
-            if self.paused:
-                self.frames += 1
-                if kind in CONTROL_TYPES:
-                    self.control_frames += 1
-            offset += HEADER_BYTES + int.from_bytes(data[offset : offset + 3], "big")
-        if not self.paused:
-            return None
+            self.frames += 1
+            if kind in CONTROL_TYPES:
+                self.control_frames += 1
+            offset += HEADER_BYTES + (data[offset] << 16 | data[offset + 1] << 8 | data[offset + 2])
         if self.control_frames > self.limits.max_outbound_control_frames:
             return Limit.OUTBOUND_CONTROL_FRAMES
         if self.frames > self.limits.max_outbound_frames:

@@ -172,12 +172,12 @@ class GrpcGuard:
         peer = event.peer.addr()
         peer_ip = parse_ip(str(peer[0])) if peer else None
         headers = [(b"user-agent", (event.user_agent or "").encode("latin-1", "replace"))]
-        if event.metadata is not None:
-            headers.extend(
-                (str(name).lower().encode("latin-1", "replace"), str(value).encode("latin-1", "replace"))
+        if event.metadata is not None:  # a MultiDict: str names; str values (bytes for "-bin" names)
+            headers += [
+                (name.lower().encode("latin-1", "replace"), value.encode("latin-1", "replace"))
                 for name, value in event.metadata.items()
                 if isinstance(value, str)
-            )
+            ]
         scope: Scope = {
             "type": "grpc",
             "method": "POST",  # gRPC is HTTP/2 POST: route rules such as "POST /pkg.Service/*" apply
@@ -243,6 +243,7 @@ class GrpcGuard:
             stream.send_initial_metadata = grpclib_compat.initial_metadata_sender(
                 stream, scope[SCOPE_REQUEST_ID], sent=_initial_metadata_sent
             )
+            stream.send_trailing_metadata = grpclib_compat.trailing_metadata_sender(stream, guard._ending)
             if deferred:
                 try:
                     first = await stream.recv_message()
@@ -341,7 +342,7 @@ class GrpcGuard:
 
         async def recv_message() -> Any:
             nonlocal received
-            if timeout is None:
+            if timeout is None or grpclib_compat.request_ended(stream):  # nothing to wait for: no timer
                 data = await read()
             else:
                 loop = running_loop()
@@ -390,22 +391,30 @@ class GrpcGuard:
         return recv_message
 
     async def on_trailing_metadata(self, event: SendTrailingMetadata) -> None:
+        """The trailers of a call its handler never ran for (refused), or with the handler's own metadata."""
+        for name, value in self._ending(event.status, not initial_sent_var.get()):
+            if name != "x-request-id" or name not in event.metadata:
+                event.metadata[name] = value
+
+    def _ending(self, status: Status, trailers_only: bool) -> list[tuple[str, str]]:
+        """The call ends with ``status``: its duration metric and span; the trailing metadata Bastion adds (the
+        request id in a trailers-only answer, a rejection's headers)."""
         call = call_var.get()
         if call is not None:
             # Every call ends here, refused ones included: the status is the one the client gets.
-            self.metrics.grpc_call(call[0], int(event.status.value), time.perf_counter() - call[1])
+            self.metrics.grpc_call(call[0], int(status.value), time.perf_counter() - call[1])
         request_id = request_id_var.get()
-        if request_id is not None and not initial_sent_var.get() and "x-request-id" not in event.metadata:
+        added = list(trailers_var.get())
+        if request_id is not None and trailers_only:
             # A trailers-only answer (a refused call): the id travels here, the client's only metadata.
-            event.metadata["x-request-id"] = request_id
-        for name, value in trailers_var.get():
-            event.metadata[name] = value
+            added.insert(0, ("x-request-id", request_id))
         traced = span_var.get()
         if traced is not None:
             span_var.set(None)
             span, token = traced
-            span.set_attribute("rpc.grpc.status_code", int(event.status.value))
-            if event.status in _SERVER_ERRORS:
+            span.set_attribute("rpc.grpc.status_code", int(status.value))
+            if status in _SERVER_ERRORS:
                 span.set_status(tracing.ERROR)
             span.end()
             tracing.deactivate(token)
+        return added

@@ -6,12 +6,15 @@ Assumptions (each listed with its meaning in ``bastion/_compat/grpclib.py``): ``
 a subclass), ``Server._handlers``, ``Stream._stream`` (``recv_data``: exact size, ``b""`` at a clean end,
 AssertionError at a short one), ``Stream._cardinality``, ``Stream._codec``, ``Stream._recv_type``,
 ``Stream._dispatch``, ``Stream._messages_received``, ``Stream._send_initial_metadata_done``,
-``Stream._content_type``.
+``Stream._content_type``, ``Stream._send_trailing_metadata_done``, ``Stream._send_message_done``,
+``Stream._status_details_codec`` (and the HTTP/2 stream's ``closable`` and ``reset_nowait``), ``Buffer._eof`` (of the
+HTTP/2 stream's ``buffer``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 import grpclib
@@ -21,6 +24,7 @@ from grpclib.encoding.proto import ProtoCodec
 from grpclib.events import _DispatchServerEvents
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from grpclib.protocol import Buffer, Connection, H2Protocol
+from grpclib.protocol import Stream as GrpclibH2Stream
 from grpclib.server import Handler, Server, Stream
 from h2.connection import H2Connection
 
@@ -157,6 +161,15 @@ async def test_a_stream_ended_inside_the_bytes_asked_is_stream_ended() -> None:
         await grpclib_compat.recv_bytes(stream, 5)
 
 
+async def test_a_request_has_ended_once_the_client_ended_its_stream() -> None:
+    stream, h2_stream = call()
+    h2_stream.buffer.add(b"\x00\x00\x00\x00\x00", 5)
+    assert not grpclib_compat.request_ended(stream)
+    h2_stream.buffer.eof()
+    assert grpclib_compat.request_ended(stream)
+    assert await grpclib_compat.recv_bytes(stream, 5) == b"\x00\x00\x00\x00\x00"
+
+
 def test_cardinality_says_whether_the_client_streams() -> None:
     assert not grpclib_compat.client_streams(call(Cardinality.UNARY_UNARY)[0])
     assert not grpclib_compat.client_streams(call(Cardinality.UNARY_STREAM)[0])
@@ -184,3 +197,19 @@ def test_the_initial_metadata_state_the_sender_reads() -> None:
     assert stream._send_initial_metadata_done is False
     assert stream._content_type == "application/grpc+proto"
     assert callable(stream._dispatch.send_initial_metadata)
+
+
+def test_the_trailing_metadata_state_the_sender_reads() -> None:
+    stream = call()[0]
+    assert stream._send_trailing_metadata_done is False
+    assert stream._send_message_done is False
+    assert stream._status_details_codec is None
+    assert isinstance(GrpclibH2Stream.closable, property)
+    assert callable(GrpclibH2Stream.reset_nowait)
+    assert list(inspect.signature(Stream.send_trailing_metadata).parameters) == [
+        "self",
+        "status",
+        "status_message",
+        "status_details",
+        "metadata",
+    ]
