@@ -164,6 +164,10 @@ def fastapi(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
     return _peer(ws, "bench.apps.fastapi_app", "/")
 
 
+def starlette_documents(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
+    return _peer(ws, "bench.apps.starlette_documents", DOCUMENTS_PATH)
+
+
 def fastapi_documents(ws: Workspace) -> contextlib.AbstractContextManager[Target]:
     return _peer(ws, "bench.apps.fastapi_documents", DOCUMENTS_PATH)
 
@@ -607,6 +611,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(name="raw", kind="http", start=raw),
     Scenario(name="starlette", kind="http", start=starlette, ceiling="raw"),
     Scenario(name="fastapi", kind="http", start=fastapi, ceiling="raw"),
+    Scenario(name="starlette-documents", kind="http", start=starlette_documents, ceiling="raw"),
     Scenario(name="fastapi-documents", kind="http", start=fastapi_documents, ceiling="raw"),
     Scenario(name="peer-stack", kind="http", start=peer_stack, ceiling="raw"),
     Scenario(name="bastion-open", kind="http", start=bastion_open, ceiling="raw"),

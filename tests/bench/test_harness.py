@@ -59,8 +59,8 @@ def test_document_has_one_table_row_per_scenario_and_every_target(results: dict[
     table_rows = report.table(results).splitlines()[2:]
     assert [line.split(" | ")[0].lstrip("| ") for line in table_rows] == list(results)
     assert text.count("`bastion-secured` >= ") == 3
-    assert "`bastion-secured` >= 1.3x `fastapi`" in text
-    assert "`bastion-secured` p99 <= 1.2x `starlette`" in text
+    assert "`bastion-secured` >= 1.3x `fastapi-documents`" in text
+    assert "`bastion-secured` p99 <= 1.2x `starlette-documents`" in text
     assert "`bastion-secured (2 workers)` >= 1.6x `bastion-secured`" in text
     assert "`mailrelay (4 conn)` >= 0.75x" in text
     assert "- Took: 1.5 min (every round and the profiles)" in text
@@ -114,24 +114,25 @@ def _row(name: str, rate: float, p99: float, placement: cpus.Placement = cpus.DE
 
 def test_a_p99_target_compares_median_tails_and_a_rate_target_median_rates() -> None:
     results = {
-        "starlette": _row("starlette", 1000, 10.0),
+        "starlette-documents": _row("starlette-documents", 1000, 10.0),
         "bastion-secured": _row("bastion-secured", 650, 13.0),
         "bastion-open": _row("bastion-open", 790, 11.0),
     }
     lines = report.targets(results).splitlines()
-    assert "- `bastion-secured` >= 0.6x `starlette`: 0.65x, met" in lines
-    assert "- `bastion-open` >= 0.8x `starlette`: 0.79x, MISSED" in lines
-    assert "- `bastion-secured` p99 <= 1.2x `starlette`: 1.30x, MISSED" in lines
-    assert "- `bastion-open` p99 <= 1.2x `starlette`: 1.10x, met" in lines
-    assert "- `bastion-secured` >= 1.3x `fastapi`: not measured (validly) in this run" in lines
+    assert "- `bastion-secured` >= 0.6x `starlette-documents`: 0.65x, met" in lines
+    assert "- `bastion-open` >= 0.8x `starlette-documents`: 0.79x, MISSED" in lines
+    assert "- `bastion-secured` p99 <= 1.2x `starlette-documents`: 1.30x, MISSED" in lines
+    assert "- `bastion-open` p99 <= 1.2x `starlette-documents`: 1.10x, met" in lines
+    assert "- `bastion-secured` >= 1.3x `fastapi-documents`: not measured (validly) in this run" in lines
 
 
 def test_a_target_over_a_row_with_failures_shows_its_figure_but_no_verdict() -> None:
     failed = _row("bastion-secured", 700, 13.0)
     failed.samples.append(dataclasses.replace(failed.samples[0], non_2xx=3))
-    lines = report.targets({"starlette": _row("starlette", 1000, 10.0), "bastion-secured": failed}).splitlines()
+    baseline = _row("starlette-documents", 1000, 10.0)
+    lines = report.targets({"starlette-documents": baseline, "bastion-secured": failed}).splitlines()
     verdict = "0.70x, not valid (a row failed or had errors: see the table)"
-    assert f"- `bastion-secured` >= 0.6x `starlette`: {verdict}" in lines
+    assert f"- `bastion-secured` >= 0.6x `starlette-documents`: {verdict}" in lines
 
 
 def test_two_workers_are_placed_one_cpu_each_away_from_the_load_generator_given_three_cpus() -> None:
