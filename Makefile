@@ -108,7 +108,7 @@ proto: install
 # Benchmarks (bench/README.md): wrk and h2load (nghttp2-client) from Debian packages when missing and apt-get
 # can run, else the Python load generators (bench/pyload.py, bench/grpcload.py's grpc.aio client). `bench` writes bench/results/<date>.md; `bench-quick` only prints.
 BENCH_STAMP := $(VENV)/.installed-bench
-.PHONY: bench bench-quick bench-tools
+.PHONY: bench bench-quick bench-tools bench-check
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
@@ -134,6 +134,10 @@ bench: install bench-tools
 
 bench-quick: install bench-tools
 	$(BIN)/python -m bench.harness --quick
+
+# Every row of the harness started and measured for 0.3 s (no timing asserted): CI runs it beside `make test`.
+bench-check: install
+	$(BIN)/pytest -p no:cacheprovider tests/bench/check_harness.py
 
 # The documentation site: docs/ with MkDocs (Material theme) into build/site/, every link checked (--strict).
 DOCS_STAMP := $(VENV)/.installed-docs
