@@ -34,9 +34,9 @@ _ADDRESS = re.compile(r"^[^\s@<>()\[\],;:\"]+@[^\s@<>()\[\],;:\"]+$")
 # dots in names, groups or empty entries; anything else goes to email.utils.getaddresses).
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _DOT_ATOM = rf"{_ATEXT}(?:\.{_ATEXT})*"
-_SIMPLE_ENTRY = re.compile(
-    rf"[ \t]*(?:(?P<name>{_ATEXT}(?:[ \t]+{_ATEXT})*)?[ \t]*<(?P<angled>{_DOT_ATOM}@{_DOT_ATOM})>"
-    rf"|(?P<bare>{_DOT_ATOM}@{_DOT_ATOM}))[ \t]*"
+_SIMPLE_ENTRY = re.compile(  # matched on an entry without its outer blanks: no two blank runs meet (linear time)
+    rf"(?:(?P<name>{_ATEXT}(?:[ \t]+{_ATEXT})*)[ \t]*)?<(?P<angled>{_DOT_ATOM}@{_DOT_ATOM})>"
+    rf"|(?P<bare>{_DOT_ATOM}@{_DOT_ATOM})"
 )
 _BLANKS = re.compile(r"[ \t]+")
 # The usual Date (`Sat, 21 Nov 2026 09:30:00 +0100`) read without email.utils.parsedate_to_datetime, same result:
@@ -190,7 +190,7 @@ def _simple_pairs(text: str) -> list[tuple[str, str]] | None:
     None for any other text."""
     pairs: list[tuple[str, str]] = []
     for entry in text.split(","):
-        match = _SIMPLE_ENTRY.fullmatch(entry)
+        match = _SIMPLE_ENTRY.fullmatch(entry.strip(" \t"))
         if match is None:
             return None
         name, angled, bare = match.group("name", "angled", "bare")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mailrelay import _stripping
-from mailrelay._headers import _simple_pairs, rfc3339_date
+from mailrelay._headers import MAX_SCANNED_CHARS, _simple_pairs, addresses, rfc3339_date
 from mailrelay._parsing import parse_message
 from mailrelay._payload import build_payload, encode_json
 from mailrelay._payload_v2 import Transaction, payload_v2
@@ -108,3 +108,9 @@ def test_orjson_escapes_as_json_dumps() -> None:
     every = "".join(chr(c) for c in range(0x3400) if not 0xD800 <= c < 0xE000) + "\u2028\u2029\ufeff\U0001f600"
     payload = {"text": every, "list": [{"k": every, "n": 12}], "empty": ""}
     assert encode_json(payload) == json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_blank_runs_in_an_address_header_are_no_address() -> None:
+    # one pass over the blanks: the shortcut's pattern never lets two runs of blanks compete for them
+    assert addresses(" " * MAX_SCANNED_CHARS + "x") == []
+    assert addresses("a" + "\t" * MAX_SCANNED_CHARS) == []
