@@ -124,6 +124,7 @@ PROFILED = {
     "mailrelay queue (4 conn)": Profiled(
         driver="SMTP, bench.smtpload", package="mailrelay", unit="message", asgi=False
     ),
+    "mailrelay v2 (4 conn)": Profiled(driver="SMTP, bench.smtpload", package="mailrelay", unit="message", asgi=False),
     "grpc-secured": Profiled(driver="gRPC, bench.grpcload", package="bastion", unit="call", asgi=False),
     "grpclib-bare": Profiled(driver="gRPC, bench.grpcload", package="grpclib", unit="call", asgi=False),
 }

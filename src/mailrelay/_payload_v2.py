@@ -7,13 +7,20 @@ docs/mailrelay.md; `mailrelay/schemas/payload-v2.schema.json` describes the resu
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from mailrelay._headers import addresses, first_header, message_id, message_ids, plus_tag, rfc3339_date
+from mailrelay._headers import (
+    THREADING_HEADERS,
+    addresses,
+    first_headers,
+    message_id,
+    message_ids,
+    plus_tag,
+    rfc3339_date,
+)
 from mailrelay._parsing import ParsedMessage, scrub
-from mailrelay._payload import WebhookPayload
+from mailrelay._payload import WebhookPayload, encode_json
 from mailrelay._stripping import strip_reply
 
 PAYLOAD_VERSION = 2
@@ -48,21 +55,22 @@ def payload_v2(
 ) -> dict[str, Any]:
     """The v2 JSON object: `v1`'s fields (values unchanged) with the v2 fields among them, None fields left out."""
     base = v1.to_dict()
-    headers = message.headers
+    threading = first_headers(message.headers, THREADING_HEADERS)
     stripped = strip_reply(message.text_body if message.text_body is not None else v1.body)
-    references = message_ids(first_header(headers, "References") or "")
+    references = message_ids(threading.get("references", ""))
     out: dict[str, Any] = {"payload_version": PAYLOAD_VERSION}
-    _put(out, "message_id", message_id(first_header(headers, "Message-ID")))
-    _put(out, "in_reply_to", message_id(first_header(headers, "In-Reply-To")))
+    _put(out, "message_id", message_id(threading.get("message-id")))
+    _put(out, "in_reply_to", message_id(threading.get("in-reply-to")))
     _put(out, "references", references or None)
-    _put(out, "date", rfc3339_date(first_header(headers, "Date")))
+    _put(out, "date", rfc3339_date(threading.get("date")))
     out["sender"] = base["sender"]
     _put(out, "sender_name", base.get("sender_name"))
     out["recipient"] = base["recipient"]
     out["recipients"] = [scrub(r) for r in transaction.recipients] or [base["recipient"]]
     _put(out, "recipient_tag", plus_tag(base["recipient"]))
+    address_headers = dict(message.address_headers)  # one value per key already
     for key in ("to", "cc", "reply_to"):
-        _put(out, key, [a.to_dict() for a in addresses(first_header(message.address_headers, key))] or None)
+        _put(out, key, [a.to_dict() for a in addresses(address_headers.get(key))] or None)
     out["subject"] = base["subject"]
     out["body"] = base["body"]
     _put(out, "text_body", message.text_body)
@@ -84,7 +92,7 @@ def payload_v2(
 
 def encode(payload: dict[str, Any]) -> bytes:
     """Compact UTF-8 JSON, as v1's `WebhookPayload.to_json`."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return encode_json(payload)
 
 
 def _put(out: dict[str, Any], key: str, value: object) -> None:

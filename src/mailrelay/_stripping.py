@@ -51,6 +51,11 @@ _SENT_FIELD = re.compile(
     r"^\s*\*?(?:Sent|Date|Gesendet|Datum|Envoyé|Enviado|Enviada|Verzonden|Inviato|Data|Skickat|Wysłano)\s?:",
     re.IGNORECASE,
 )
+# A line whose first non-blank is "-" (the first line, another line): with ":", all _history_start looks at.
+# `[^\S\n]` keeps each match on its own line (linear on a megabyte of blank lines); a search starting with a
+# literal "\n" is a fast scan where a MULTILINE "^" is tried at every character.
+_FIRST_LINE_DASH = re.compile(r"[^\S\n]*-")
+_LINE_DASH = re.compile(r"\n[^\S\n]*-")
 _RULE = re.compile(r"^\s*_{10,}\s*$")
 _FOOTER = re.compile(
     r"""^\s*(?:
@@ -75,18 +80,26 @@ class StrippedReply:
 
 def strip_reply(body: str) -> StrippedReply:
     """Split `body` into the reply, its signature and the quoted history (dropped). Never raises."""
-    lines = body.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    start, header_end = _history_start(lines)
+    text = body.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    # Whole-text checks first (one C scan each): most replies have no quote header, no `>` and no delimiter
+    start, header_end = _history_start(lines) if _may_have_header(text) else (len(lines), len(lines))
     reply = lines[:start]
     if not any(line.strip() for line in reply):
         reply = lines[header_end:]  # bottom-posted: the quote comes first, the answer after it
-    reply = [line for line in reply if not line.lstrip().startswith(">")]
-    cut = _signature_start(reply)
+    if ">" in text:
+        reply = [line for line in reply if not line.lstrip().startswith(">")]
+    cut = _signature_start(reply, delimited="--" in text)
     signature = "\n".join(reply[cut:]).strip() if cut is not None else ""
     text = "\n".join(reply[:cut] if cut is not None else reply).strip()
     if cut is not None and _is_delimiter(reply[cut]):
         signature = "\n".join(reply[cut + 1 :]).strip()
     return StrippedReply(text=text, signature=signature or None)
+
+
+def _may_have_header(text: str) -> bool:
+    """False when no line has ":" or starts (after blanks) with "-": _history_start would find nothing."""
+    return ":" in text or _FIRST_LINE_DASH.match(text) is not None or _LINE_DASH.search(text) is not None
 
 
 def _head(line: str) -> str:
@@ -162,9 +175,10 @@ def _is_delimiter(line: str) -> bool:
     return len(line) <= 6 and line.rstrip() in SIGNATURE_DELIMITERS
 
 
-def _signature_start(reply: list[str]) -> int | None:
-    """Index of the last `-- ` line, else of a mobile footer among the last non-blank lines, else None."""
-    for index in range(len(reply) - 1, -1, -1):
+def _signature_start(reply: list[str], *, delimited: bool = True) -> int | None:
+    """Index of the last `-- ` line, else of a mobile footer among the last non-blank lines, else None.
+    `delimited` False: the text has no `--`, so no delimiter line either."""
+    for index in range(len(reply) - 1 if delimited else -1, -1, -1):
         if _is_delimiter(reply[index]):
             return index
     seen = 0

@@ -1,0 +1,116 @@
+"""Payload v2's shortcuts give what the general code gives: the simple address and date shapes read without the
+stdlib parsers, reply stripping without the header search when no line can start one, and orjson's bytes
+against json.dumps'. Each compares both over generated inputs and the corpora (bench/README.md, issue 31)."""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from mailrelay import _stripping
+from mailrelay._headers import MAX_SCANNED_CHARS, _simple_pairs, addresses, rfc3339_date
+from mailrelay._parsing import parse_message
+from mailrelay._payload import build_payload, encode_json
+from mailrelay._payload_v2 import Transaction, payload_v2
+from mailrelay._stripping import strip_reply
+
+CORPUS = Path(__file__).parent / "corpus"
+FILES = [*sorted(CORPUS.glob("*.eml")), *sorted((CORPUS / "replies").glob("*.eml"))]
+LOCALS = ["a", "john.doe", "x+tag", "o'hara", "#!$%&*/=?^_`{|}~-", ".a", "a.", "a..b", "a b", '"q"', "ü"]
+DOMAINS = ["example.org", "x", "ex-ample.co.uk", "[192.0.2.1]", "a.b.", "a..b"]
+NAMES = ["", "John", "John  Smith", "John\tSmith", '"Doe, John"', "=?utf-8?q?J=C3=BCrgen?=", "J. Smith", "(c)", "Jo@n"]
+FORMS = ["{a}", "<{a}>", "{n} <{a}>", "{n}<{a}>", "  <{a}>  ", "{n} < {a} >", "{a} ({n})", ""]
+
+
+def _stdlib_date(value: str) -> str | None:
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)).isoformat()
+
+
+def test_simple_address_lists_parse_as_the_stdlib() -> None:
+    entries = [
+        form.format(a=f"{local}@{domain}", n=name)
+        for form in FORMS
+        for local in LOCALS
+        for domain in DOMAINS
+        for name in NAMES
+    ]
+    lists = [*entries, *(", ".join(pair) for pair in itertools.islice(itertools.combinations(entries[::7], 2), 20_000))]
+    shortcut = 0
+    for value in lists:
+        pairs = _simple_pairs(value)
+        if pairs is not None:
+            shortcut += 1
+            assert pairs == email.utils.getaddresses([value]), value
+    assert shortcut > 1_000  # the comparison covered the shortcut, not only the fallback
+
+
+def test_simple_dates_read_as_the_stdlib() -> None:
+    days = ["", "Tue, ", "Xyz, "]
+    fields = itertools.product(
+        days, ["1", "07", "29", "31", "32"], ["Jan", "Feb", "Apr", "nov"], ["2026", "0099", "10000"],
+        ["00:00:00", "23:59:59", "09:30", "24:00:00", "12:60:00", "12:00:61"],
+        ["+0000", "-0000", "+0100", "-0530", "+0160", "+2359", "+2400", "+9999", "GMT", "+01"],
+    )  # fmt: skip
+    for day, date, month, year, time, zone in fields:
+        value = f"{day}{date} {month} {year} {time} {zone}"
+        assert rfc3339_date(value) == _stdlib_date(value), value
+
+
+def _bodies() -> list[str]:
+    bodies = ["", "\n\n", "plain-text reply\nwith no marker", " - a dash list\n", "\u00a0-\u2003rule", "a\x0b-b\n\x1c-"]
+    for path in FILES:
+        message = parse_message(path.read_bytes())
+        bodies.append(message.text_body or "")
+        bodies.append(build_payload(sender="a@example.org", recipient="b@example.test", message=message).body)
+    parts = [
+        "a - b",
+        "Thanks!",
+        "- item",
+        "  -- ",
+        "> quoted",
+        "On Mon, Anna wrote:",
+        "x: y",
+        "Sent from my iPhone",
+        "\u3000-",
+        "",
+    ]
+    bodies += ["\n".join(combo) for combo in itertools.permutations(parts, 4)]
+    return bodies
+
+
+def test_reply_stripping_without_the_header_search_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    bodies = _bodies()
+    assert sum(not _stripping._may_have_header(body) for body in bodies) > 100  # the shortcut is taken
+    fast = [strip_reply(body) for body in bodies]
+    monkeypatch.setattr(_stripping, "_may_have_header", lambda text: True)
+    assert [strip_reply(body) for body in bodies] == fast
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_orjson_writes_json_dumps_bytes(path: Path) -> None:
+    message = parse_message(path.read_bytes())
+    v1 = build_payload(sender="a@example.org", recipient="b+tag@example.test", message=message)
+    transaction = Transaction(recipients=("b+tag@example.test",), client_ip="192.0.2.7", helo="mx", size_bytes=9)
+    for payload in (v1.to_dict(), payload_v2(v1, message=message, transaction=transaction)):
+        assert encode_json(payload) == json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_orjson_escapes_as_json_dumps() -> None:
+    every = "".join(chr(c) for c in range(0x3400) if not 0xD800 <= c < 0xE000) + "\u2028\u2029\ufeff\U0001f600"
+    payload = {"text": every, "list": [{"k": every, "n": 12}], "empty": ""}
+    assert encode_json(payload) == json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_blank_runs_in_an_address_header_are_no_address() -> None:
+    # one pass over the blanks: the shortcut's pattern never lets two runs of blanks compete for them
+    assert addresses(" " * MAX_SCANNED_CHARS + "x") == []
+    assert addresses("a" + "\t" * MAX_SCANNED_CHARS) == []
