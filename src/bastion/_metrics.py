@@ -7,7 +7,8 @@ become underscores, seconds get ``_seconds``, counters ``_total``), so dashboard
 
 Every label value comes from a bounded set: route templates (never raw paths; no route is ``""``), the nine
 standard methods (anything else is ``_OTHER``), status codes, declared names. Label children are cached on
-first use, so recording is a dict lookup and an add.
+first use (a request's by the call's arguments) and, in one process, hold plain numbers
+(:mod:`bastion._metrics_local`): recording is a dict lookup and an add, no lock.
 
 One :class:`Metrics` per app, with its own registry (several apps in one process do not mix). With
 ``PROMETHEUS_MULTIPROC_DIR`` set (``bastion run --workers N`` sets it), values live in files shared by the
@@ -32,6 +33,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from bastion._metrics_local import LocalCounter, LocalGauge, LocalHistogram, LocalInstrument
 from bastion._responses import send_response
 from bastion._tracing import note
 from bastion.types import Receive, Scope, Send
@@ -69,6 +71,13 @@ _INSTRUMENTS = (
 
 def method_label(method: str) -> str:
     return method if method in KNOWN_METHODS else OTHER
+
+
+def _version_labels(version: int, replacement: int | None) -> tuple[str, str, str]:
+    """``version``, ``deprecated``, ``replacement_version`` of ``api_version_requests``."""
+    if replacement is None:
+        return f"v{version}", "false", ""
+    return f"v{version}", "true", f"v{replacement}"
 
 
 class _Children:
@@ -117,6 +126,9 @@ class Metrics:
         self.version_callers = version_callers
         """``metrics.version_callers``: the ``caller`` label's distinct values per process (0: no such label)."""
         self._callers: set[str] = set()
+        self._by_version: dict[tuple[int, int | None], Any] = {}
+        self._started: dict[str, Any] = {}
+        self._finished: dict[tuple[str, str, int], Any] = {}  # the children by the hot calls' arguments
         self.traced = False
         """Tracing is on: the outcomes recorded here also go on the current request's span."""
         self.registry = CollectorRegistry(auto_describe=True)
@@ -129,109 +141,67 @@ class Metrics:
                 setattr(self, name, _NOTHING)
             return
         registry = self.registry
-        self._version = _Children(
-            Counter(
-                "api_version_requests",
-                "Requests per API version (api.version.requests)",
-                ["version", "deprecated", "replacement_version", *(["caller"] if version_callers else [])],
-                registry=registry,
-            )
+        counter, gauge, histogram = self._counter, self._gauge, self._histogram
+        self._version = counter(
+            "api_version_requests",
+            "Requests per API version (api.version.requests)",
+            ["version", "deprecated", "replacement_version", *(["caller"] if version_callers else [])],
         )
-        self._duration = _Children(
-            Histogram(
-                "http_server_request_duration_seconds",
-                "Duration of HTTP server requests (http.server.request.duration)",
-                ["http_request_method", "http_route", "http_response_status_code"],
-                buckets=DURATION_BUCKETS,
-                registry=registry,
-            )
+        self._duration = histogram(
+            "http_server_request_duration_seconds",
+            "Duration of HTTP server requests (http.server.request.duration)",
+            ["http_request_method", "http_route", "http_response_status_code"],
         )
-        self._active = _Children(
-            Gauge(
-                "http_server_active_requests",
-                "HTTP server requests in flight (http.server.active_requests)",
-                ["http_request_method"],
-                registry=registry,
-                multiprocess_mode="livesum",
-            )
+        self._active = gauge(
+            "http_server_active_requests",
+            "HTTP server requests in flight (http.server.active_requests)",
+            ["http_request_method"],
+            "livesum",
         )
-        self._rate_limited = _Children(
-            Counter(
-                "bastion_rate_limit_rejections",
-                "Requests refused with 429, by bucket kind",
-                ["bucket"],
-                registry=registry,
-            )
+        self._rate_limited = counter(
+            "bastion_rate_limit_rejections", "Requests refused with 429, by bucket kind", ["bucket"]
         )
-        self._decisions = _Children(
-            Counter(
-                "bastion_policy_decisions", "Policy decisions (cache hits included)", ["decision"], registry=registry
-            )
+        self._decisions = counter("bastion_policy_decisions", "Policy decisions (cache hits included)", ["decision"])
+        self._token_rejections = counter(
+            "bastion_token_rejections", "Requests refused by token authentication", ["code"]
         )
-        self._token_rejections = _Children(
-            Counter("bastion_token_rejections", "Requests refused by token authentication", ["code"], registry=registry)
+        self._resilience = counter(
+            "bastion_resilience_rejections",
+            "Requests and calls refused by a resilience layer (503)",
+            ["layer", "reason"],
         )
-        self._resilience = _Children(
-            Counter(
-                "bastion_resilience_rejections",
-                "Requests and calls refused by a resilience layer (503)",
-                ["layer", "reason"],
-                registry=registry,
-            )
+        self._published = counter("bastion_broker_published", "Messages published to the broker", ["acknowledged"])
+        self._consumed = counter(
+            "bastion_broker_consumed",
+            "Messages handled by durable consumers, by outcome (ack, nak, dead_letter)",
+            ["consumer", "outcome"],
         )
-        self._published = _Children(
-            Counter("bastion_broker_published", "Messages published to the broker", ["acknowledged"], registry=registry)
+        self._requests = counter(
+            "bastion_broker_requests",
+            "Broker requests, by outcome (ok, timeout, no_responders, failed, unavailable)",
+            ["outcome"],
         )
-        self._consumed = _Children(
-            Counter(
-                "bastion_broker_consumed",
-                "Messages handled by durable consumers, by outcome (ack, nak, dead_letter)",
-                ["consumer", "outcome"],
-                registry=registry,
-            )
+        self._grpc = histogram(
+            "rpc_server_call_duration_seconds",
+            "Duration of gRPC calls (rpc.server.call.duration)",
+            ["rpc_system", "rpc_method", "rpc_grpc_status_code"],
         )
-        self._requests = _Children(
-            Counter(
-                "bastion_broker_requests",
-                "Broker requests, by outcome (ok, timeout, no_responders, failed, unavailable)",
-                ["outcome"],
-                registry=registry,
-            )
+        self._rate_limit_events = counter(
+            "bastion_rate_limit_events",
+            "Rate-limit events: unknown_plan (the default limits applied), local_fallback (store down)",
+            ["event"],
         )
-        self._grpc = _Children(
-            Histogram(
-                "rpc_server_call_duration_seconds",
-                "Duration of gRPC calls (rpc.server.call.duration)",
-                ["rpc_system", "rpc_method", "rpc_grpc_status_code"],
-                buckets=DURATION_BUCKETS,
-                registry=registry,
-            )
+        self._idempotency = counter(
+            "bastion_idempotency_requests",
+            "Requests with an Idempotency-Key, by outcome (stored, replayed, conflict, mismatch, not_stored)",
+            ["outcome"],
         )
-        self._rate_limit_events = _Children(
-            Counter(
-                "bastion_rate_limit_events",
-                "Rate-limit events: unknown_plan (the default limits applied), local_fallback (store down)",
-                ["event"],
-                registry=registry,
-            )
-        )
-        self._idempotency = _Children(
-            Counter(
-                "bastion_idempotency_requests",
-                "Requests with an Idempotency-Key, by outcome (stored, replayed, conflict, mismatch, not_stored)",
-                ["outcome"],
-                registry=registry,
-            )
-        )
-        self._pending = _Children(
-            Gauge(
-                "bastion_broker_consumer_pending",
-                "Messages a durable consumer's stream holds that it has not been delivered yet, as of its last "
-                "delivery (JetStream's num_pending)",
-                ["consumer"],
-                registry=registry,
-                multiprocess_mode="max",
-            )
+        self._pending = gauge(
+            "bastion_broker_consumer_pending",
+            "Messages a durable consumer's stream holds that it has not been delivered yet, as of its last "
+            "delivery (JetStream's num_pending)",
+            ["consumer"],
+            "max",
         )
         registry.register(_BreakerStates(self._state_sources))
         registry.register(_CacheStoreUp(self._store_sources))
@@ -241,30 +211,65 @@ class Metrics:
     def off(cls) -> Metrics:
         return cls(enabled=False)
 
+    # Without PROMETHEUS_MULTIPROC_DIR the values are plain numbers (bastion._metrics_local: no lock per add);
+    # with it, prometheus-client's instruments, whose values live in the files a scrape merges.
+
+    def _counter(self, name: str, documentation: str, labelnames: list[str]) -> Any:
+        if self.multiprocess_dir:
+            return _Children(Counter(name, documentation, labelnames, registry=self.registry))
+        return self._local(LocalCounter(name, documentation, labelnames))
+
+    def _gauge(self, name: str, documentation: str, labelnames: list[str], mode: Any) -> Any:
+        if self.multiprocess_dir:
+            return _Children(Gauge(name, documentation, labelnames, registry=self.registry, multiprocess_mode=mode))
+        return self._local(LocalGauge(name, documentation, labelnames))
+
+    def _histogram(self, name: str, documentation: str, labelnames: list[str]) -> Any:
+        if self.multiprocess_dir:
+            histogram = Histogram(name, documentation, labelnames, buckets=DURATION_BUCKETS, registry=self.registry)
+            return _Children(histogram)
+        return self._local(LocalHistogram(name, documentation, labelnames, DURATION_BUCKETS))
+
+    def _local(self, instrument: LocalInstrument) -> LocalInstrument:
+        self.registry.register(instrument)
+        return instrument
+
     # -- recording (each a no-op when off) ----------------------------------------------------------------------
 
     def request_started(self, method: str) -> Any:
         """The in-flight gauge's child for ``method``, incremented; call ``.dec()`` on it when the request ends."""
-        gauge = self._active(method_label(method))
+        gauge = self._started.get(method)
+        if gauge is None:
+            gauge = self._active(method_label(method))
+            if method in KNOWN_METHODS:  # only the nine as keys: a client's method is any token it likes
+                self._started[method] = gauge
         gauge.inc()
         return gauge
 
     def request_finished(self, method: str, route: str, status: int, seconds: float) -> None:
-        self._duration(method_label(method), route, str(status)).observe(seconds)
+        histogram = self._finished.get((method, route, status))  # a route template: bounded, as status codes
+        if histogram is None:
+            histogram = self._duration(method_label(method), route, str(status))
+            if method in KNOWN_METHODS:
+                self._finished[method, route, status] = histogram
+        histogram.observe(seconds)
 
     def version_request(self, version: int, replacement: int | None, caller: str = "") -> None:
         """Count one request under ``version``; ``caller`` is used when ``version_callers`` is on (the first
         ``version_callers`` distinct callers by name, every later one as ``other``)."""
-        deprecated = replacement is not None
-        labels = [f"v{version}", "true" if deprecated else "false", f"v{replacement}" if deprecated else ""]
-        if self.version_callers:
-            if caller not in self._callers:
-                if len(self._callers) >= self.version_callers:
-                    caller = OTHER_CALLER
-                else:
-                    self._callers.add(caller)
-            labels.append(caller)
-        self._version(*labels).inc()
+        if not self.version_callers:
+            child = self._by_version.get((version, replacement))  # registered versions only: bounded
+            if child is None:
+                child = self._by_version[version, replacement] = self._version(*_version_labels(version, replacement))
+            child.inc()
+            return
+        labels = _version_labels(version, replacement)
+        if caller not in self._callers:
+            if len(self._callers) >= self.version_callers:
+                caller = OTHER_CALLER
+            else:
+                self._callers.add(caller)
+        self._version(*labels, caller).inc()
 
     def rate_limited(self, bucket: str) -> None:
         self._rate_limited(bucket).inc()
