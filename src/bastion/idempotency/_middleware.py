@@ -186,7 +186,8 @@ class IdempotencyMiddleware:
         return True
 
     def _release(self, key: str) -> None:
-        """Free the key for a retry, in the background (the request may be being cancelled)."""
+        """Free the key for a retry: at once on the in-process store, else in the background (the request may be
+        being cancelled)."""
         if self.local is not None:
             self.local.delete_now(key)
             return
