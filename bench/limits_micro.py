@@ -9,6 +9,8 @@ Run by hand (not part of the test suite; the HTTP rows of ``bench.harness`` send
    never trips), driven in-process through the ASGI app (no sockets, no load generator: the pipeline's own cost),
    with idempotency off, then on with a fresh key per request (claim, run, store: the dear case), on the memory
    store and on Valkey.
+   The step alone, around a handler that answers at once (no pipeline, no token: the step's own cost with less
+   noise from the rest), on its own byte-capped memory store as in an app without ``cache_store.url``.
 2. The rate-limit guard's check with one window (the default bucket) and with a plan's two windows (minute and
    day), on the local limiter and on Valkey, with the Valkey EVALSHA calls per request.
 
@@ -29,11 +31,12 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from bastion import BastionApp, load_settings
-from bastion._cache_store import RedisCacheStore
-from bastion.config import RateLimitSettings
+from bastion._cache_store import MemoryCacheStore, RedisCacheStore
+from bastion.config import IdempotencySettings, RateLimitSettings
+from bastion.idempotency import IdempotencyMiddleware, IdempotentRoutes
 from bastion.ratelimit._capability import RateLimitGuard
 from bastion.testing import TokenMinter
-from bastion.types import SCOPE_CLAIMS, Message, Scope
+from bastion.types import SCOPE_CLAIMS, ASGIApp, Message, Receive, Scope, Send
 from examples.documents_api import create_service
 from examples.documents_api.store import seeded_store
 
@@ -153,6 +156,47 @@ async def bench_idempotency(tmp: Path, valkey_url: str | None, n: int) -> list[t
     return rows
 
 
+async def created(scope: Scope, receive: Receive, send: Send) -> None:
+    """A handler that reads the body and answers 201 with a small JSON document."""
+    await receive()
+    body = b'{"id": "d-1", "title": "Bench", "content": "A document"}'
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 201, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def step_once(app: ASGIApp, *, with_key: bool) -> Callable[[], Awaitable[None]]:
+    claims = SimpleNamespace(sub="bench", client_id=None)
+    body = b'{"title": "Bench", "content": "A document"}'
+    prefix = uuid.uuid4().hex.encode()
+    count = 0
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Message) -> None:
+        return None
+
+    async def once() -> None:
+        nonlocal count
+        count += 1
+        headers = [(b"content-type", b"application/json")]
+        if with_key:
+            headers.append((b"idempotency-key", b"%s-%d" % (prefix, count)))
+        scope = {"type": "http", "method": "POST", "path": "/api/v2/documents", "query_string": b""}
+        await app({**scope, "headers": headers, SCOPE_CLAIMS: claims}, receive, send)
+
+    return once
+
+
+async def bench_step_alone(n: int) -> list[tuple[str, float]]:
+    settings = IdempotencySettings(routes=["POST /api/*/documents"])
+    store = MemoryCacheStore(max_bytes=settings.memory_max_bytes)
+    step = IdempotencyMiddleware(created, settings=settings, routes=IdempotentRoutes(settings.routes), store=store)
+    bare, keyed = await best_us(step_once(created, with_key=False), step_once(step, with_key=True), n=n)
+    return [("the step alone, new key each (memory store)", keyed - bare)]
+
+
 def guard_scope(plan: str | None) -> Scope:
     extra = MappingProxyType({"plan": plan} if plan else {})
     claims = SimpleNamespace(sub="alice", client_id=None, extra=extra)
@@ -201,6 +245,7 @@ async def main_async(valkey: bool, n: int) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             rows = await bench_idempotency(Path(tmp), url, n)
+        rows += await bench_step_alone(n * 4)
         rows += await bench_plans(url, n * 4)
     finally:
         if server is not None:

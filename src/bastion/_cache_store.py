@@ -61,6 +61,9 @@ class MemoryCacheStore:
     many keys are held. ``max_bytes`` (unset: no cap) bounds the values held: past it the oldest writes are
     forgotten first, down to 15/16 of the cap at once (the idempotency step's own store uses it; never the store of
     revocations).
+
+    The ``*_now`` methods are the same operations as plain calls, for a caller that holds this store itself (the
+    idempotency step's own store): no coroutine per operation.
     """
 
     SWEEP_EVERY = 1024
@@ -83,13 +86,18 @@ class MemoryCacheStore:
         return item[0]
 
     async def set(self, key: str, value: bytes, *, ttl_secs: float) -> None:
+        self.set_now(key, value, ttl_secs=ttl_secs)
+
+    def set_now(self, key: str, value: bytes, *, ttl_secs: float) -> None:
+        """:meth:`set` as a plain call (the store does no I/O): for a caller that knows it holds this store."""
         self._put(key, value, self._clock() + ttl_secs)
 
     def _put(self, key: str, value: bytes, expires: float) -> None:
+        data = self._data
         if self.max_bytes is not None:
-            self._drop(key)  # written again: now the newest
-            self._bytes += len(value)
-        self._data[key] = (value, expires)
+            old = data.pop(key, None)  # written again: now the newest
+            self._bytes += len(value) - (len(old[0]) if old is not None else 0)
+        data[key] = (value, expires)
         self._writes += 1
         if self._writes >= self._next_sweep:
             now = self._clock()
@@ -122,6 +130,10 @@ class MemoryCacheStore:
         return await self.get(key) is not None
 
     async def claim(self, key: str, value: bytes, *, ttl_secs: float) -> bytes | None:
+        return self.claim_now(key, value, ttl_secs=ttl_secs)
+
+    def claim_now(self, key: str, value: bytes, *, ttl_secs: float) -> bytes | None:
+        """:meth:`claim` as a plain call."""
         now = self._clock()
         item = self._data.get(key)
         if item is not None and item[1] > now:
@@ -130,6 +142,10 @@ class MemoryCacheStore:
         return None
 
     async def delete(self, key: str) -> None:
+        self._drop(key)
+
+    def delete_now(self, key: str) -> None:
+        """:meth:`delete` as a plain call."""
         self._drop(key)
 
     async def ping(self) -> None:

@@ -84,7 +84,7 @@ def done_record(print_: bytes, status: int, headers: Iterable[tuple[bytes, bytes
 
 def response_head(status: int, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     """The part of a done record between the fingerprint and the body: status and headers, blank line included."""
-    return b"%d\r\n%s\r\n" % (status, b"".join([name + b": " + value + b"\r\n" for name, value in headers]))
+    return b"%d\r\n%s\r\n" % (status, b"".join([b"%s: %s\r\n" % (name, value) for name, value in headers]))
 
 
 def record_of(print_: bytes, head: bytes, body: bytes) -> bytes:

@@ -27,7 +27,7 @@ import contextlib
 
 import structlog
 
-from bastion._cache_store import CacheStore
+from bastion._cache_store import CacheStore, MemoryCacheStore
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import IdempotencySettings
 from bastion.errors import (
@@ -78,7 +78,11 @@ class IdempotencyMiddleware:
         self.routes = routes
         self.match = routes.match
         self.store = store
+        self.local = store if isinstance(store, MemoryCacheStore) else None
+        """The in-process store (no I/O): claimed, stored and released by plain calls, not awaited coroutines."""
         self.metrics = metrics
+        self.required, self.max_key_length = settings.required, settings.max_key_length
+        self.in_flight, self.ttl = settings.in_flight_secs, settings.ttl_secs
         self._releasing: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -92,16 +96,20 @@ class IdempotencyMiddleware:
                 break
         caller = _caller(scope)
         if raw is None or caller is None:
-            if raw is None and self.settings.required:
+            if raw is None and self.required:
                 raise IdempotencyKeyMissing()
             await self.app(scope, receive, send)
             return
-        key = record_key(caller, parse_key(raw, max_length=self.settings.max_key_length))
+        key = record_key(caller, parse_key(raw, max_length=self.max_key_length))
         body = await _read_body(receive)
         print_ = fingerprint(scope["method"], scope["path"], scope.get("query_string", b""), body)
         replay_body = _replaying(body, receive)
+        local = self.local
         try:
-            stored = await self._claim(key, print_)
+            if local is not None and local.claim_now(key, running_record(print_), ttl_secs=self.in_flight) is None:
+                stored = None  # the usual case, in a plain call; a key already held is read by _claim (same answer)
+            else:
+                stored = await self._claim(key, print_)
         except CacheStoreError:
             self.metrics.idempotency("store_error")
             if self.settings.on_store_error == "fail_closed":
@@ -123,7 +131,7 @@ class IdempotencyMiddleware:
     async def _claim(self, key: str, print_: bytes) -> Stored | None:
         """``None`` when this request now holds the key; else the record found (CacheStoreError propagates)."""
         for _ in range(_CLAIM_ATTEMPTS):
-            raw = await self.store.claim(key, running_record(print_), ttl_secs=self.settings.in_flight_secs)
+            raw = await self.store.claim(key, running_record(print_), ttl_secs=self.in_flight)
             if raw is None:
                 return None
             found = read_record(raw)
@@ -134,7 +142,7 @@ class IdempotencyMiddleware:
 
     async def _first(self, key: str, print_: bytes, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the handler; store its response if it qualifies, else release the key."""
-        cap = self.settings.max_response_bytes
+        cap, local = self.settings.max_response_bytes, self.local
         stored = False
         head: bytes | None = None
         """The response's status and headers while it may still be stored."""
@@ -149,6 +157,10 @@ class IdempotencyMiddleware:
                 body = message.get("body", b"")
                 if message.get("more_body", False) or len(body) > cap:
                     head = None  # streaming or over the cap: not stored
+                elif local is not None:
+                    local.set_now(key, record_of(print_, head, body), ttl_secs=self.ttl)
+                    self.metrics.idempotency("stored")
+                    stored, head = True, None
                 else:
                     stored = await self._store(key, record_of(print_, head, body))
                     head = None
@@ -165,7 +177,7 @@ class IdempotencyMiddleware:
 
     async def _store(self, key: str, record: bytes) -> bool:
         try:
-            await self.store.set(key, record, ttl_secs=self.settings.ttl_secs)
+            await self.store.set(key, record, ttl_secs=self.ttl)
         except CacheStoreError:
             # The response still goes out; the claim expires after in_flight_secs (409 until then).
             self.metrics.idempotency("store_error")
@@ -174,7 +186,11 @@ class IdempotencyMiddleware:
         return True
 
     def _release(self, key: str) -> None:
-        """Free the key for a retry, in the background (the request may be being cancelled)."""
+        """Free the key for a retry: at once on the in-process store, else in the background (the request may be
+        being cancelled)."""
+        if self.local is not None:
+            self.local.delete_now(key)
+            return
 
         async def release() -> None:
             with contextlib.suppress(CacheStoreError):  # else the claim expires after in_flight_secs
@@ -197,7 +213,13 @@ def _caller(scope: Scope) -> str | None:
 
 
 async def _read_body(receive: Receive) -> bytes:
-    chunks = []
+    message = await receive()
+    if message["type"] != "http.request":
+        return b""
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body  # the usual request: one message
+    chunks = [body]
     while True:
         message = await receive()
         if message["type"] != "http.request":
