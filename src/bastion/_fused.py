@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Protocol
+from types import CoroutineType
+from typing import Protocol, cast
 
 import structlog
 from starlette.requests import ClientDisconnect
@@ -75,7 +76,8 @@ class Checks:
             for skips, check in self.guards:
                 if skips(scope):
                     continue
-                outcome = await check(scope)
+                result = check(scope)  # the outcome, or the coroutine that finishes the check
+                outcome = cast("Outcome | None", await result if type(result) is CoroutineType else result)
                 if outcome is not None:
                     if outcomes is None:
                         outcomes = [outcome]

@@ -11,9 +11,11 @@ whatever an operator plugs in with ``service.use(slot, guard)``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from types import CoroutineType
+from typing import Any, Protocol, cast, runtime_checkable
 
 from starlette.requests import ClientDisconnect
 
@@ -34,6 +36,12 @@ stopped its handler); a gRPC call ends with the status its client gets."""
 
 Check = Callable[[Scope], Awaitable[Outcome | None]]
 """``async check(scope)``: a guard's check for a gRPC call, or an operator's plain gRPC hook."""
+
+Later = Coroutine[Any, Any, "Outcome | None"]
+CheckNow = Callable[[Scope], "Outcome | Later | None"]
+"""``check_now(scope)``: a guard's check without a coroutine of its own where it need not wait (a cached token, a
+cached decision, the local limiter): what ``check`` returns, or, when it must wait, a coroutine of the rest of the
+check (nothing done yet that running it would repeat) for the adapter to await."""
 
 
 GRPC_BUILT_IN = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.")
@@ -113,6 +121,22 @@ class Guard(Protocol):
     async def check(self, scope: Scope) -> Outcome | None: ...
 
 
+def check_now_of(guard: Guard) -> CheckNow:
+    """The guard's ``check_now`` when it has one (the built-in guards: an optional fast path, not part of the
+    protocol), else its ``check`` (a coroutine function: calling it gives the coroutine the adapter awaits)."""
+    now: CheckNow | None = getattr(guard, "check_now", None)
+    if now is not None:
+        return now
+    check = guard.check
+    if inspect.iscoroutinefunction(check):
+        return check
+
+    async def awaited(scope: Scope) -> Outcome | None:
+        return await check(scope)
+
+    return awaited
+
+
 def _is_preflight(scope: Scope) -> bool:
     if scope.get("method") != "OPTIONS":
         return False
@@ -143,14 +167,15 @@ class GuardLayer:
 
     def __init__(self, app: ASGIApp, *, guard: Guard) -> None:
         self.app = app
-        self.check = guard.check
+        self.check = check_now_of(guard)
         self.skips = guard.exemptions.skips
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.skips(scope):
             await self.app(scope, receive, send)
             return
-        outcome = await self.check(scope)
+        result = self.check(scope)
+        outcome = cast("Outcome | None", await result if type(result) is CoroutineType else result)
         if outcome is None:
             await self.app(scope, receive, send)
             return
@@ -198,19 +223,33 @@ def guard_layer(guard: Guard) -> Callable[[ASGIApp], ASGIApp]:
     return layer
 
 
-def grpc_check(guard: Guard) -> Check:
-    """The guard's check for a gRPC call, its exemptions applied (what the gRPC server runs at its step)."""
-    exemptions, check = guard.exemptions, guard.check
+MAX_GRPC_EXEMPTION_METHODS = 1024
+"""gRPC methods whose exemption a guard's gRPC check remembers (a method's exemption is decided once, not per
+call); calls to methods beyond these are decided each time."""
 
-    async def hook(scope: Scope) -> Outcome | None:
-        if exemptions.skips(scope):
-            return None
-        return await check(scope)
+
+def grpc_check(guard: Guard) -> CheckNow:
+    """The guard's check for a gRPC call, its exemptions applied (what the gRPC server runs at its step): a plain
+    call, which returns the outcome or, when the guard must wait, the coroutine that finishes the check.
+
+    A gRPC call's exemption depends on its method alone: decided once per method (up to
+    :data:`MAX_GRPC_EXEMPTION_METHODS`)."""
+    skips, check = guard.exemptions.skips, check_now_of(guard)
+    exempt: dict[str, bool] = {}
+
+    def hook(scope: Scope) -> Outcome | Later | None:
+        method: str = scope["path"]
+        skipped = exempt.get(method)
+        if skipped is None:
+            skipped = skips(scope)
+            if len(exempt) < MAX_GRPC_EXEMPTION_METHODS:
+                exempt[method] = skipped
+        return None if skipped else check(scope)
 
     return hook
 
 
-def skipping_built_in(hook: Check) -> Check:
+def skipping_built_in(hook: Check) -> CheckNow:
     """An operator's plain gRPC hook (``service.use(slot, layer, grpc=hook)``), not run for health and reflection."""
 
     async def checked(scope: Scope) -> Outcome | None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
 from bastion._exception_handlers import ExceptionHandlers
-from bastion._guard import Guard, Outcome, grpc_check, guard_layer, skipping_built_in
+from bastion._guard import CheckNow, Guard, Outcome, grpc_check, guard_layer, skipping_built_in
 from bastion._health import ReadinessCheck
 from bastion.broker._specs import BrokerPlan
 from bastion.policy import Normalizer, ResourceExtractor
@@ -78,7 +78,7 @@ class SlotUse:
     """One operator layer in a slot: the HTTP/WebSocket layer and, optionally, its gRPC hook."""
 
     layer: Layer
-    grpc: GrpcHook | None = None
+    grpc: CheckNow | None = None
 
     @classmethod
     def of(cls, layer: Layer | Guard, grpc: GrpcHook | None = None) -> SlotUse:

@@ -46,9 +46,9 @@ from typing import Literal
 
 from bastion._exception_handlers import ExceptionHandlers
 from bastion._fused import Checks, Edge
-from bastion._guard import Guard, GuardLayer, grpc_check, guard_layer
+from bastion._guard import CheckNow, Guard, GuardLayer, grpc_check, guard_layer
 from bastion._metrics import Metrics
-from bastion._parts import GrpcHook, Layer, Slot, SlotUse
+from bastion._parts import Layer, Slot, SlotUse
 from bastion._tracing import Tracer
 from bastion.config import Settings
 from bastion.middleware._compression import CompressionMiddleware
@@ -73,7 +73,9 @@ class Step:
 
     name: str
     layer: Layer
-    grpc: GrpcHook | None = None
+    grpc: CheckNow | None = None
+    """A plain call that returns the outcome or the coroutine to await: a guard's check
+    (``bastion._guard.grpc_check``) or an operator's hook (``skipping_built_in``)."""
     slot: Slot | None = None
     fuses: Fuses | None = None
     """How ``assemble`` may run the step fused with its neighbours (``bastion._fused``): ``"plain"`` (its layer's

@@ -60,20 +60,27 @@ class VerifiedTokens:
     def __len__(self) -> int:
         return len(self._entries)
 
-    async def claims(self, token: str) -> Claims:
-        """The verified claims of ``token``; raises InvalidToken or TokenExpired."""
+    def cached(self, token: str) -> Claims | None:
+        """The claims of ``token`` when its verification is cached (its time, audience and issuer checked again
+        now; InvalidToken or TokenExpired, and the entry dropped, when they fail); ``None`` when it is not."""
         if self.verifier.generation != self._generation:
             self._generation = self.verifier.generation
             self._entries.clear()
-        now = self._clock()
         cached = self._entries.get(token)
         if cached is not None:
             try:
-                check_claims(cached, now=now, leeway=self.leeway, audience=self.audience, issuer=self.issuer)
+                check_claims(cached, now=self._clock(), leeway=self.leeway, audience=self.audience, issuer=self.issuer)
             except Exception:
                 self._entries.pop(token)
                 raise
+        return cached
+
+    async def claims(self, token: str) -> Claims:
+        """The verified claims of ``token``; raises InvalidToken or TokenExpired."""
+        cached = self.cached(token)
+        if cached is not None:
             return cached
+        now = self._clock()
         claims = await self.verifier.decode(token)
         check_claims(claims, now=now, leeway=self.leeway, audience=self.audience, issuer=self.issuer)
         self._entries.put(token, claims)

@@ -8,13 +8,14 @@ Bearer`` (RFC 6750 3). It sits inside route resolution and outside rate limiting
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from functools import partial
 
 import structlog
 
 from bastion._cache_store import DeferredRevocation
 from bastion._claims import Claims
-from bastion._guard import Cleanup, Exemptions, Outcome
+from bastion._guard import Cleanup, Exemptions, Later, Outcome
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.auth._bearer import bearer_token, challenge
 from bastion.auth._cache import VerifiedTokens
@@ -79,22 +80,37 @@ class TokenAuthGuard:
         """Verified claims from exactly one ``Bearer`` value; TokenError with its challenge otherwise.
 
         With ``defer_revocation`` and a ``scope``, the revocation check is put in the scope for the limiter."""
-        try:
-            token = bearer_token(values, max_token_bytes=self.settings.max_token_bytes, realm=self.realm)
-        except TokenError as exc:
-            self.metrics.token_rejected(exc.code)
-            raise
+        token = self._bearer(values)
         try:
             claims = await self.tokens.claims(token)
-            revocations = self.revocations
-            if revocations is not None:
-                if self.defer_revocation and scope is not None:
-                    scope[SCOPE_DEFERRED_REVOCATION] = self._deferred(revocations.key_for(claims), claims)
-                else:
-                    await revocations.check(claims)
+            await self._revocation(claims, scope)
         except TokenError as exc:
             raise self._rejected(exc) from None
         return claims
+
+    def _bearer(self, values: list[bytes]) -> str:
+        try:
+            return bearer_token(values, max_token_bytes=self.settings.max_token_bytes, realm=self.realm)
+        except TokenError as exc:
+            self.metrics.token_rejected(exc.code)
+            raise
+
+    async def _revocation(self, claims: Claims, scope: Scope | None) -> None:
+        """Check the token's revocation now, or (``defer_revocation``, a ``scope``) leave it to the limiter."""
+        revocations = self.revocations
+        if revocations is None:
+            return
+        if self.defer_revocation and scope is not None:
+            self._defer(claims, scope)
+        else:
+            await revocations.check(claims)
+
+    def _defer(self, claims: Claims, scope: Scope) -> None:
+        assert self.revocations is not None
+        key = self.revocations.key_for(claims)
+        scope[SCOPE_DEFERRED_REVOCATION] = DeferredRevocation(
+            key, partial(self._check_revocation, claims), self._revoked
+        )
 
     def _rejected(self, exc: TokenError) -> TokenError:
         self.metrics.token_rejected(exc.code)
@@ -102,25 +118,51 @@ class TokenAuthGuard:
         exc.headers.append(challenge(self.realm, "invalid_token", description))
         return exc
 
-    def _deferred(self, key: str, claims: Claims) -> DeferredRevocation:
-        revocations = self.revocations
-        assert revocations is not None
+    async def _check_revocation(self, claims: Claims) -> None:
+        """The deferred revocation check on its own (a path the limiter does not charge)."""
+        assert self.revocations is not None
+        try:
+            await self.revocations.check(claims)
+        except TokenError as exc:
+            raise self._rejected(exc) from None
 
-        async def check() -> None:
-            try:
-                await revocations.check(claims)
-            except TokenError as exc:
-                raise self._rejected(exc) from None
-
-        return DeferredRevocation(key=key, check=check, revoked=lambda: self._rejected(TokenRevoked()))
+    def _revoked(self) -> TokenError:
+        return self._rejected(TokenRevoked())
 
     async def check(self, scope: Scope) -> Outcome | None:
         """Require one valid bearer token (HTTP ``Authorization`` header, gRPC ``authorization`` metadata) and put
         its claims in scope[SCOPE_CLAIMS]; the caller's ``sub`` is bound to the log lines of the request (for
         HTTP and WebSocket until it ends: the returned outcome unbinds it)."""
+        result = self.check_now(scope)
+        return await result if isinstance(result, Coroutine) else result
+
+    def check_now(self, scope: Scope) -> Outcome | Later | None:
+        """:meth:`check` without a coroutine when the token's verification is cached and its revocation is not
+        checked here (off, or left to the limiter); else the coroutine that finishes it (``bastion._guard``)."""
         if scope["type"] != "grpc" and not self.rules.requires_token(scope["path"]):
             return None
-        claims = await self.authenticate([value for name, value in scope["headers"] if name == AUTHORIZATION], scope)
+        token = self._bearer([value for name, value in scope["headers"] if name == AUTHORIZATION])
+        try:
+            claims = self.tokens.cached(token)
+            if claims is None or (self.revocations is not None and not self.defer_revocation):
+                return self._finish(token, claims, scope)
+            if self.revocations is not None:
+                self._defer(claims, scope)
+        except TokenError as exc:
+            raise self._rejected(exc) from None
+        return self._admit(claims, scope)
+
+    async def _finish(self, token: str, claims: Claims | None, scope: Scope) -> Outcome | None:
+        """The rest of the check: verify the token (not cached), check its revocation."""
+        try:
+            if claims is None:
+                claims = await self.tokens.claims(token)
+            await self._revocation(claims, scope)
+        except TokenError as exc:
+            raise self._rejected(exc) from None
+        return self._admit(claims, scope)
+
+    def _admit(self, claims: Claims, scope: Scope) -> Outcome | None:
         scope[SCOPE_CLAIMS] = claims
         if claims.sub is None:
             return None

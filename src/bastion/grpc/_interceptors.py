@@ -12,7 +12,8 @@ import inspect
 import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from types import CoroutineType
+from typing import Any, cast
 
 import structlog
 from grpclib.const import Status
@@ -222,7 +223,8 @@ class GrpcGuard:
         for step in steps:
             assert step.grpc is not None
             try:
-                finish = await step.grpc(scope)
+                result = step.grpc(scope)  # the outcome, or the coroutine that finishes the check
+                finish = cast("GrpcFinish | None", await result if type(result) is CoroutineType else result)
             except BastionError as exc:
                 await _finish(finishes, None)
                 raise _rejected(exc) from None

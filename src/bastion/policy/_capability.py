@@ -7,7 +7,7 @@ import asyncio
 import inspect
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
 import structlog
@@ -16,7 +16,7 @@ from bastion._audit import Auditor
 from bastion._cache_store import CacheStore
 from bastion._claims import Claims
 from bastion._client_ip import client_ip
-from bastion._guard import Exemptions
+from bastion._guard import Exemptions, Later
 from bastion._metrics import NO_METRICS, Metrics
 from bastion._tls import ClientCertificate
 from bastion.config import PolicySettings
@@ -210,23 +210,27 @@ class PolicyGuard:
             context["roles"] = list(claims.roles) if claims is not None else []
         return context
 
-    async def decide(self, scope: Scope, claims: Claims | None) -> tuple[str, Decision]:
-        """The decision for an HTTP request or WebSocket handshake (action from the resolved route or the
-        normalizer) or a gRPC call (action ``/<package>.<Service>/<Method>``, resource attributes from its
-        extractor in scope[SCOPE_GRPC_RESOURCE])."""
+    def action_of(self, scope: Scope) -> tuple[str, str, int, str, str | None, Mapping[str, Any]]:
+        """``(method, path, version, action, route template, resource attributes before the extractor's)`` of an
+        HTTP request or WebSocket handshake (action from the resolved route or the normalizer) or a gRPC call
+        (action ``/<package>.<Service>/<Method>``, attributes from its extractor in scope[SCOPE_GRPC_RESOURCE])."""
         if scope["type"] == "grpc":
-            method, path, version = GRPC_METHOD, scope["path"], 0
-            action = path
-            attributes = {name: _cedar_value(value) for name, value in scope.get(SCOPE_GRPC_RESOURCE, {}).items()}
+            path = scope["path"]
+            return GRPC_METHOD, path, 0, path, None, scope.get(SCOPE_GRPC_RESOURCE, {})
+        method = scope.get("method", "GET")  # a WebSocket handshake is a GET
+        path, version, params, template = self.route_of(scope)
+        return method, path, version, f"{method} {path}", template, params
+
+    async def decide(self, scope: Scope, claims: Claims | None) -> tuple[str, Decision]:
+        """The decision for an HTTP request, WebSocket handshake or gRPC call (see :meth:`action_of`)."""
+        method, path, version, action, template, params = self.action_of(scope)
+        if scope["type"] == "grpc":
+            attributes = {name: _cedar_value(value) for name, value in params.items()}
         else:
-            method = scope.get("method", "GET")  # a WebSocket handshake is a GET
-            path, version, params, template = self.route_of(scope)
-            action = f"{method} {path}"
-            attributes = await self.resource_of(scope, action, template, params)
-        certificate = scope.get(SCOPE_CLIENT_CERTIFICATE) if claims is None else None
+            attributes = await self.resource_of(scope, action, template, dict(params))
         decision = await self.decide_request(
             claims=claims,
-            certificate=certificate if isinstance(certificate, ClientCertificate) else None,
+            certificate=_certificate(scope, claims),
             action=action,
             resource=(RESOURCE_TYPE, scope["path"], attributes),
             context=self.context_of(scope, claims, method=method, path=path, version=version),
@@ -250,29 +254,50 @@ class PolicyGuard:
         policies = self.engine.current
         referenced = policies.context_attributes
         keyed_context = context if referenced is None else {k: v for k, v in context.items() if k in referenced}
-        # The principal's attributes all come from these claims (tuples already), so they key it directly.
-        principal_key: object = (
-            (None if certificate is None else certificate)
-            if claims is None
-            else (claims.sub, claims.roles, claims.perms, claims.username, claims.email, claims.client_id)
-        )
-        key = decision_key(
-            digest=policies.digest, principal=principal_key, action=action, resource=resource[2], context=keyed_context
-        )
-        cached = self.cache.get(key) if self.shared is None else await self.shared.get(key)
+        if self.shared is None:
+            return self._decide_local(policies, claims, certificate, action, resource, context, keyed_context)
+        key = _decision_key(policies, claims, certificate, action, resource[2], keyed_context)
+        cached = await self.shared.get(key)
         if cached is not None:
             return cached
+        decision = self._evaluate(policies, claims, certificate, action, resource, context)
+        await self.shared.put(key, decision)
+        return decision
+
+    def _decide_local(
+        self,
+        policies: LoadedPolicies,
+        claims: Claims | None,
+        certificate: ClientCertificate | None,
+        action: str,
+        resource: tuple[str, str, dict[str, Any]],
+        context: dict[str, Any],
+        keyed_context: dict[str, Any],
+    ) -> Decision:
+        """Decide through the in-process decision cache (no waiting: Cedar evaluates in this thread)."""
+        key = _decision_key(policies, claims, certificate, action, resource[2], keyed_context)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        decision = self._evaluate(policies, claims, certificate, action, resource, context)
+        self.cache.put(key, decision)
+        return decision
+
+    def _evaluate(
+        self,
+        policies: LoadedPolicies,
+        claims: Claims | None,
+        certificate: ClientCertificate | None,
+        action: str,
+        resource: tuple[str, str, dict[str, Any]],
+        context: dict[str, Any],
+    ) -> Decision:
         self.evaluations += 1
         if claims is not None:
             principal = principal_of(claims)
         else:
             principal = ANONYMOUS_PRINCIPAL if certificate is None else service_principal(certificate)
-        decision = evaluate(policies, principal=principal, action=action, resource=resource, context=context)
-        if self.shared is None:
-            self.cache.put(key, decision)
-        else:
-            await self.shared.put(key, decision)
-        return decision
+        return evaluate(policies, principal=principal, action=action, resource=resource, context=context)
 
     def now(self) -> int:
         return int(self._clock())
@@ -288,20 +313,49 @@ class PolicyGuard:
         Every one is decided, those without claims as the anonymous principal (default deny applies), except
         what :attr:`exemptions` lets pass.
         """
-        claims = scope.get(SCOPE_CLAIMS)
-        if not isinstance(claims, Claims):
-            claims = None
+        claims = _claims(scope)
         action, decision = await self.decide(scope, claims)
+        denied = self._verdict(scope, claims, action, decision)
+        if denied is not None:
+            await denied
+
+    def check_now(self, scope: Scope) -> Later | None:
+        """:meth:`check` without a coroutine when the decision needs no waiting (the in-process decision cache,
+        no resource extractor for the route) and allows; else the coroutine that finishes it (``bastion._guard``).
+        """
+        if self.shared is not None:
+            return self.check(scope)
+        method, path, version, action, template, params = self.action_of(scope)
+        if self.extractors and scope["type"] != "grpc" and self._has_extractor(action, template):
+            return self.check(scope)
+        claims = _claims(scope)
+        context = self.context_of(scope, claims, method=method, path=path, version=version)
+        resource = (RESOURCE_TYPE, scope["path"], {name: _cedar_value(value) for name, value in params.items()})
+        certificate = _certificate(scope, claims)
+        # The context holds only what the loaded policies read (context_of): it keys the decision as it is.
+        decision = self._decide_local(self.engine.current, claims, certificate, action, resource, context, context)
+        return self._verdict(scope, claims, action, decision)
+
+    def _has_extractor(self, action: str, template: str | None) -> bool:
+        return action in self.extractors or (template is not None and template in self.extractors)
+
+    def _verdict(self, scope: Scope, claims: Claims | None, action: str, decision: Decision) -> Later | None:
+        """Count the decision; raise PolicyError for a failed evaluation (unless it fails open); a Deny: the
+        coroutine that emits ``AuthPermissionDenied`` and raises PolicyDenied."""
         self.metrics.policy_decision("error" if decision.failed else "allow" if decision.allowed else "deny")
         if decision.failed:
             fail_open = self.fails_open(claims)
             log.error("policy_evaluation_failed", action=action, errors=list(decision.errors), fail_open=fail_open)
             if fail_open:
-                return
+                return None
             raise PolicyError()
         if not decision.allowed:
-            await self.auditor.auth_event("AuthPermissionDenied", scope, action=action)
-            raise PolicyDenied()
+            return self._denied(scope, action)
+        return None
+
+    async def _denied(self, scope: Scope, action: str) -> None:
+        await self.auditor.auth_event("AuthPermissionDenied", scope, action=action)
+        raise PolicyDenied()
 
     async def watch(self) -> None:
         """Hot reload: poll ``policy_path`` every interval; reload once a change has been stable for one poll.
@@ -327,3 +381,33 @@ class PolicyGuard:
             except PolicyLoadError as exc:
                 seen_broken = current
                 log.error("policy_hot_reload_failed", error=str(exc))
+
+
+def _claims(scope: Scope) -> Claims | None:
+    claims = scope.get(SCOPE_CLAIMS)
+    return claims if isinstance(claims, Claims) else None
+
+
+def _certificate(scope: Scope, claims: Claims | None) -> ClientCertificate | None:
+    """The client certificate that is the principal of a caller without a token (mutual TLS)."""
+    certificate = scope.get(SCOPE_CLIENT_CERTIFICATE) if claims is None else None
+    return certificate if isinstance(certificate, ClientCertificate) else None
+
+
+def _decision_key(
+    policies: LoadedPolicies,
+    claims: Claims | None,
+    certificate: ClientCertificate | None,
+    action: str,
+    attributes: dict[str, Any],
+    context: dict[str, Any],
+) -> Hashable:
+    # The principal's attributes all come from these claims (tuples already), so they key it directly.
+    principal: object = (
+        certificate
+        if claims is None
+        else (claims.sub, claims.roles, claims.perms, claims.username, claims.email, claims.client_id)
+    )
+    return decision_key(
+        digest=policies.digest, principal=principal, action=action, resource=attributes, context=context
+    )

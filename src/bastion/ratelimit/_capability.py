@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import NoReturn
 
 from bastion._audit import Auditor
 from bastion._cache_store import CacheStore, DeferredRevocation
-from bastion._guard import Exemptions, guard_layer
+from bastion._guard import Exemptions, Later, guard_layer
 from bastion._metrics import NO_METRICS, Metrics
 from bastion.config import AuditSettings, RateLimitSettings
 from bastion.errors import CacheStoreError, RateLimitExceeded
-from bastion.ratelimit._buckets import LimiterStore, Outcome, RuleSet
+from bastion.ratelimit._buckets import Bucket, LimiterStore, Outcome, RuleSet
 from bastion.ratelimit._distributed import DistributedLimiter
 from bastion.ratelimit._local import LocalLimiter
 from bastion.types import SCOPE_DEFERRED_REVOCATION, SCOPE_RESPONSE_HEADERS, ASGIApp, Scope
@@ -72,22 +73,29 @@ async def charge(
                 raise deferred.revoked()
             outcome = charged
     if not outcome.allowed:
-        metrics.rate_limited(bucket_kind(bucket.key))
-        if auditor is not None:
-            await auditor.auth_event(
-                DENIED_EVENT,
-                scope,
-                event_type=DENIED_EVENT_TYPE,
-                method=scope.get("method", "GET"),
-                path=scope["path"],
-                bucket=bucket.key,
-                limit=outcome.limit,
-                retry_after=outcome.retry_after_secs,
-            )
-        raise RateLimitExceeded(retry_after=outcome.retry_after_secs, headers=outcome.headers(ietf=ietf))
+        await refuse(scope, bucket, outcome, auditor=auditor, metrics=metrics, ietf=ietf)
     if metrics.traced:
         metrics.rate_limit_passed(bucket_kind(bucket.key))
     return outcome
+
+
+async def refuse(
+    scope: Scope, bucket: Bucket, outcome: Outcome, *, auditor: Auditor | None, metrics: Metrics, ietf: bool
+) -> NoReturn:
+    """A spent bucket: count it, emit ``HttpRequestDenied``, raise RateLimitExceeded."""
+    metrics.rate_limited(bucket_kind(bucket.key))
+    if auditor is not None:
+        await auditor.auth_event(
+            DENIED_EVENT,
+            scope,
+            event_type=DENIED_EVENT_TYPE,
+            method=scope.get("method", "GET"),
+            path=scope["path"],
+            bucket=bucket.key,
+            limit=outcome.limit,
+            retry_after=outcome.retry_after_secs,
+        )
+    raise RateLimitExceeded(retry_after=outcome.retry_after_secs, headers=outcome.headers(ietf=ietf))
 
 
 class RateLimitGuard:
@@ -114,6 +122,10 @@ class RateLimitGuard:
         """Where buckets of ``on_store_error = "local"`` rules are counted while the cache store is down."""
         # Audit events are on by default (spec): a limiter wired by hand logs HttpRequestDenied too.
         self.auditor = auditor if auditor is not None else Auditor(AuditSettings())
+        self._local = store if type(store) is LocalLimiter else None
+        """The local limiter charges without waiting: :meth:`check_now` needs no coroutine."""
+        self._trust_forwarded = settings.trust_forwarded_headers
+        self._ietf = settings.ietf_headers
         self.exemptions = Exemptions(scope_types=frozenset({"http", "websocket", "grpc"}))
         """Every request, WebSocket handshake and gRPC call is charged but ``/health``, ``/ready``, gRPC health
         and reflection."""
@@ -158,8 +170,28 @@ class RateLimitGuard:
             fallback=self.fallback,
             ietf=self.settings.ietf_headers,
         )
-        headers = outcome.raw_headers(ietf=self.settings.ietf_headers)
-        scope[SCOPE_RESPONSE_HEADERS] = [*scope.get(SCOPE_RESPONSE_HEADERS, ()), *headers]
+        self._quota_headers(scope, outcome)
+
+    def check_now(self, scope: Scope) -> Later | None:
+        """:meth:`check` without a coroutine for an allowed request charged to the local limiter; else the
+        coroutine of the check (``bastion._guard``): another store, a revocation check left by token auth, or
+        a refusal (its audit event)."""
+        local = self._local
+        if local is None or SCOPE_DEFERRED_REVOCATION in scope:
+            return self.check(scope)
+        bucket = self.rules.bucket_for(scope, trust_forwarded=self._trust_forwarded)
+        outcome = local.charge_now(bucket)
+        if not outcome.allowed:
+            return refuse(scope, bucket, outcome, auditor=self.auditor, metrics=self.metrics, ietf=self._ietf)
+        if self.metrics.traced:
+            self.metrics.rate_limit_passed(bucket_kind(bucket.key))
+        self._quota_headers(scope, outcome)
+        return None
+
+    def _quota_headers(self, scope: Scope, outcome: Outcome) -> None:
+        headers = outcome.raw_headers(ietf=self._ietf)
+        earlier = scope.get(SCOPE_RESPONSE_HEADERS)
+        scope[SCOPE_RESPONSE_HEADERS] = headers if earlier is None else [*earlier, *headers]
 
     @property
     def layer(self) -> Layer:
