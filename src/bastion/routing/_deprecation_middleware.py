@@ -36,6 +36,12 @@ def caller_of(scope: Scope) -> str:
     return ANONYMOUS_CALLER
 
 
+def version_labels(api: VersionedApi) -> dict[str, int]:
+    """``{"2": 2}`` for each registered version: a path's label is looked up, not parsed, per request. Only the
+    canonical form is a key: ``v02`` or ``v\u0661`` (another script's digit) is no version (versions are >= 1)."""
+    return {str(number): number for number in api.versions}
+
+
 class DeprecationMiddleware:
     """Tag versioned requests: record the version, count it, and mark deprecated versions.
 
@@ -63,6 +69,7 @@ class DeprecationMiddleware:
         self.metrics = metrics
         self.form = form
         self.clock = clock
+        self._labels = version_labels(api)
         now = clock()
         for number, deprecation in sorted(api.deprecations.items()):
             if form == "rfc9745" and deprecation.since_at is None:
@@ -82,12 +89,14 @@ class DeprecationMiddleware:
     def _version_of(self, path: str) -> int | None:
         if not path.startswith(self.prefix):
             return None
-        label = path[len(self.prefix) :].split("/", 1)[0]
-        # ASCII digits only: str.isdigit (and int) take other scripts' digits too, "v\u0661" is not v1.
-        if not (label.isascii() and label.isdigit()) or label.startswith("0"):
-            return None
-        number = int(label)
-        return number if number in self.api.versions else None
+        start = len(self.prefix)
+        end = path.find("/", start)
+        label = path[start:] if end < 0 else path[start:end]
+        number = self._labels.get(label)
+        if number is None and len(self._labels) != len(self.api.versions):  # one registered since: learn it
+            self._labels = version_labels(self.api)
+            number = self._labels.get(label)
+        return number
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         version = self._version_of(scope["path"]) if scope["type"] == "http" else None
