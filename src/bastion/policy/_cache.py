@@ -25,6 +25,8 @@ def _frozen(value: Any) -> Any:
 
 def frozen_flat(values: Mapping[str, Any]) -> Hashable:
     """A hashable form of a flat mapping of plain values (the common case), else of any nesting."""
+    if not values:
+        return ()  # a route without path parameters
     items = tuple(sorted(values.items()))
     try:
         hash(items)

@@ -330,7 +330,8 @@ class PolicyGuard:
             return self.check(scope)
         claims = _claims(scope)
         context = self.context_of(scope, claims, method=method, path=path, version=version)
-        resource = (RESOURCE_TYPE, scope["path"], {name: _cedar_value(value) for name, value in params.items()})
+        attributes = {name: _cedar_value(value) for name, value in params.items()} if params else {}
+        resource = (RESOURCE_TYPE, scope["path"], attributes)
         certificate = _certificate(scope, claims)
         # The context holds only what the loaded policies read (context_of): it keys the decision as it is.
         decision = self._decide_local(self.engine.current, claims, certificate, action, resource, context, context)
