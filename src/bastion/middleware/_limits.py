@@ -7,7 +7,7 @@ import asyncio
 
 from starlette.exceptions import HTTPException
 
-from bastion._task_deadline import TaskDeadline
+from bastion._task_deadline import DeadlineQueue, TaskDeadline
 from bastion.errors import BadRequest, GatewayTimeout, JsonTooDeep, PayloadTooLarge, RequestTimeout
 from bastion.middleware._errors import response_started
 from bastion.middleware._json_depth import JsonDepthGauge
@@ -21,13 +21,16 @@ class TimeoutMiddleware:
     that had not all arrived: the time went to a client too slow to send it, not to the service.
 
     A response already streaming when the deadline passes is cut off (the server closes the connection).
-    What ``asyncio.timeout`` does, with one timer on the loop and no loop lookup per request (on Python 3.11
-    each lookup is a ``getpid()`` system call, and ``asyncio.timeout`` makes three).
+    What ``asyncio.timeout`` does, with one timer on the loop for every request's deadline (a
+    :class:`~bastion._task_deadline.DeadlineQueue`) and no loop lookup per request (on Python 3.11 each lookup is a
+    ``getpid()`` system call, and ``asyncio.timeout`` makes three).
     """
 
     def __init__(self, app: ASGIApp, *, timeout_secs: float) -> None:
         self.app = app
         self.timeout_secs = timeout_secs
+        self._deadlines: DeadlineQueue | None = None
+        """The requests' deadlines, one loop timer for all (``bastion._task_deadline``); one queue per loop."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -40,7 +43,10 @@ class TimeoutMiddleware:
         deadline = TaskDeadline(task)
         body = _BodyWait(receive, deadline)
         scope[_BODY_WAIT] = body
-        timer = loop.call_at(loop.time() + self.timeout_secs, deadline.expire)
+        deadlines = self._deadlines
+        if deadlines is None or deadlines.loop is not loop:
+            deadlines = self._deadlines = DeadlineQueue(loop, self.timeout_secs)
+        deadlines.add(deadline)
         try:
             await self.app(scope, body, inward)
         except asyncio.CancelledError:
@@ -57,7 +63,7 @@ class TimeoutMiddleware:
                 raise RequestTimeout(f"Request body not received within {self.timeout_secs:g}s") from None
             raise GatewayTimeout(f"Request timed out after {self.timeout_secs:g}s") from None
         finally:
-            timer.cancel()
+            deadlines.finish(deadline)
             if deadline.expired:  # the handler swallowed our cancellation: take it back all the same
                 task.uncancel()
 
