@@ -36,9 +36,9 @@ class DeadlineQueue:
     ``call_at`` and ``cancel``, costs ~1.7 us on uvloop; this, a tenth of it).
 
     :meth:`add` sets a deadline, :meth:`finish` takes it back (it will not expire). Bounded by the live deadlines:
-    finished ones are dropped as they reach the front, and the queue is rebuilt without them once it holds more
-    than twice its live ones plus :data:`COMPACT_SLACK` (a request hung at the front keeps the finished ones behind
-    it until its own deadline).
+    finished ones are dropped as they reach the front, and the queue is rebuilt without them when an add finds it
+    holding more than twice its live ones plus :data:`COMPACT_SLACK` (a request hung at the front keeps the finished
+    ones behind it until its own deadline): at most twice the most deadlines ever live at once, plus the slack.
     """
 
     __slots__ = ("live", "loop", "queue", "timeout_secs", "timer")
