@@ -49,6 +49,8 @@ class Puller:
         self._next_subject = f"{DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._inbox = nc.new_inbox()
         self._ids = itertools.count()
+        self.requests_sent = 0
+        """Pull requests made so far (each a `$JS.API.CONSUMER.MSG.NEXT` publish)."""
         self._credits: dict[str, tuple[int, float]] = {}  # request id -> (messages still to come, when it ends)
         self._ready: list[Msg] = []
         self._waiter: asyncio.Future[None] | None = None
@@ -89,6 +91,7 @@ class Puller:
         if wanted <= 0 or expires < MIN_EXPIRES_SECS or (outstanding and wanted * 2 < room):
             return
         request = str(next(self._ids))
+        self.requests_sent += 1
         self._credits[request] = (wanted, now + expires)
         body = b'{"batch":%d,"expires":%d}' % (wanted, int(expires * 1e9))
         await self._nc.publish(self._next_subject, body, reply=f"{self._inbox}.{request}")

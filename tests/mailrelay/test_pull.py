@@ -50,34 +50,26 @@ async def test_no_more_messages_come_to_the_relay_than_the_room_it_gave(
 async def test_one_pull_request_serves_the_room_it_asked_for(queue: JetStreamQueue, observer: Client) -> None:
     """Four workers free, messages arriving one by one: one request brings all four (nats-py's fetch made one per
     call)."""
-    requests: list[Msg] = []
-    await observer.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{queue.stream}.{CONSUMER}", cb=_append_to(requests))
-    await observer.flush()
     taken = []
     for number in range(4):
         fetching = asyncio.ensure_future(queue.fetch(4 - len(taken), wait=5))
         await asyncio.sleep(0.05)
         await queue.enqueue(b"{}", delivery_id=f"one-by-one-{number}")
         taken += await fetching
-    await observer.flush()
     assert [message.delivery_id for message in taken] == [f"one-by-one-{number}" for number in range(4)]
-    assert len(requests) == 1
+    assert _pull_requests(queue) == 1
 
 
 async def test_a_fetch_that_may_not_wait_hands_over_what_came_and_asks_for_nothing(
     queue: JetStreamQueue, observer: Client
 ) -> None:
     """The paused workers' fetch (wait=0): what earlier requests brought, no new request."""
-    requests: list[Msg] = []
-    await observer.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{queue.stream}.{CONSUMER}", cb=_append_to(requests))
-    await observer.flush()
     for number in range(2):
         await queue.enqueue(b"{}", delivery_id=f"w{number}")
     first = await queue.fetch(2, wait=2)  # returns with the first message; the second may come just after
     await asyncio.sleep(0.2)
     rest = await queue.fetch(2, wait=0)
-    await observer.flush()
-    assert (sorted(m.delivery_id for m in first + rest), len(requests)) == (["w0", "w1"], 1)
+    assert (sorted(m.delivery_id for m in first + rest), _pull_requests(queue)) == (["w0", "w1"], 1)
 
 
 async def test_acks_reach_the_stream_within_the_batch_window(queue: JetStreamQueue, observer: Client) -> None:
@@ -117,6 +109,13 @@ async def test_a_request_without_a_reply_times_out(observer: Client) -> None:
     await replies.start()
     with pytest.raises(TimeoutError):
         await replies.request(silent, b"{}", headers={}, wait=0.2)
+
+
+def _pull_requests(queue: JetStreamQueue) -> int:
+    """The pull requests the queue's puller sent. (A core subscriber on the request subject, as first written, missed
+    one now and then: the count is the puller's own.)"""
+    assert queue._pull is not None
+    return queue._pull.requests_sent
 
 
 def _append_to(received: list[Msg]) -> Callable[[Msg], Awaitable[None]]:
