@@ -31,8 +31,9 @@ from bastion import BastionApp, load_settings
 from bastion.config import AccessLogSettings
 from bastion.middleware._observe import ObserveMiddleware
 from bastion.testing import TokenMinter
-from bastion.types import SCOPE_CLAIMS, SCOPE_ROUTE, Message, Scope
+from bastion.types import SCOPE_CLAIMS, SCOPE_ROUTE, Scope
 from bastion_core import configure_logging
+from bench.pipeline_micro import get_once
 from examples.documents_api import create_service
 from examples.documents_api.store import seeded_store
 
@@ -72,42 +73,6 @@ def secured_app(tmp: Path, minter: TokenMinter, *, access_log: bool) -> BastionA
     return create_service(seeded_store()).build(load_settings(EXAMPLE_CONFIG, environ=environ))
 
 
-def get_once(app: BastionApp, token: str) -> Callable[[], Awaitable[int]]:
-    headers = [(b"host", b"bench"), (b"authorization", f"Bearer {token}".encode())]
-
-    async def once() -> int:
-        scope: Scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "GET",
-            "scheme": "http",
-            "path": PATH,
-            "raw_path": PATH.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": headers,
-            "client": ("127.0.0.1", 50000),
-            "server": ("127.0.0.1", 8080),
-        }
-        status = 0
-
-        async def receive() -> Message:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-
-        await app(scope, receive, send)
-        if status != 200:
-            raise RuntimeError(f"GET answered {status}")
-        return status
-
-    return once
-
-
 def log_once() -> Callable[[], Awaitable[None]]:
     observe = ObserveMiddleware(None, access_log=AccessLogSettings(), metrics=None)  # type: ignore[arg-type]
     scope: Scope = {
@@ -136,8 +101,9 @@ async def main_async(n: int) -> None:
                 [line] = await best_us(log_once(), n=n * 4)
             minter = TokenMinter("RS256")
             token = minter.mint(sub="alice", roles=["user"], ttl=3600)
-            off = get_once(secured_app(Path(tmp), minter, access_log=False), token)
-            on = get_once(secured_app(Path(tmp), minter, access_log=True), token)
+            headers = [(b"host", b"bench"), (b"authorization", f"Bearer {token}".encode())]
+            off = get_once(secured_app(Path(tmp), minter, access_log=False), headers)
+            on = get_once(secured_app(Path(tmp), minter, access_log=True), headers)
             await off()
             await on()
             plain, logged = await best_us(off, on, n=n)
