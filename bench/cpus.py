@@ -2,8 +2,10 @@
 
 On a machine with two or more CPUs the load generator gets the first and every server process the others
 (``sched_setaffinity`` at start, inherited by their threads and workers): the two never take turns on one core,
-and the kernel does not move a server between cores mid-run. Same-run ratios then spread less from round to
-round. ``BENCH_PIN=0`` turns it off (both float over every CPU).
+and the kernel does not move a server between cores mid-run. What a measured server talks to (the MailRelay rows'
+webhook receiver and NATS server, :data:`ENVIRONMENT`) runs beside the load generator: in a deployment it is
+another machine, and on the server's core it would take turns with the process being measured. Same-run ratios
+then spread less from round to round. ``BENCH_PIN=0`` turns it off (both float over every CPU).
 
 A row of several workers (``bastion run --workers 2``) needs a CPU per worker besides the load generator's to say
 how the workers scale: :func:`placement` gives it the first CPU for the load generator and the next ones for its
@@ -59,6 +61,9 @@ class Placement:
 
 
 DEFAULT = Placement(loadgen=frozenset(LOADGEN_CPUS), servers=frozenset(SERVER_CPUS), pinned=PINNED)
+# The measured server's environment (the MailRelay rows' webhook receiver and NATS server): on the load
+# generator's CPU, so the server's core holds the measured process alone, as the aiosmtpd row's holds aiosmtpd.
+ENVIRONMENT = Placement(loadgen=frozenset(LOADGEN_CPUS), servers=frozenset(LOADGEN_CPUS), pinned=PINNED)
 
 
 def placement(workers: int = 1, *, available: Sequence[int] | None = None, pin: bool = PINNED) -> Placement:

@@ -467,7 +467,7 @@ def _nats_server(ws: Workspace) -> tuple[ServerProcess, str]:
     port = free_port()
     store = ws.root / f"jetstream-{secrets.token_hex(3)}"
     argv = [str(NATS_SERVER), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)]
-    server = ServerProcess("nats-server", argv, log_path=ws.log("nats-server"))
+    server = ServerProcess("nats-server", argv, log_path=ws.log("nats-server"), placement=cpus.ENVIRONMENT)
     server.wait_ready(lambda: port_open(port))
     return server, f"nats://127.0.0.1:{port}"
 
@@ -523,6 +523,7 @@ def _smtp(ws: Workspace, *, relay: bool, queue: bool = False, payload_version: i
             "webhook-sink",
             [sys.executable, "-m", "bench.apps.webhook_sink", str(hook_port)],
             log_path=ws.log("webhook-sink"),
+            placement=cpus.ENVIRONMENT,
         )
         started.append(receiver)
         receiver.wait_ready(lambda: port_open(hook_port))
@@ -530,6 +531,9 @@ def _smtp(ws: Workspace, *, relay: bool, queue: bool = False, payload_version: i
         if queue:
             nats, nats_url = _nats_server(ws)
             started.append(nats)
+            target_helpers = {"receiver": receiver.pid, "nats-server": nats.pid}
+        else:
+            target_helpers = {"receiver": receiver.pid}
         env = {
             "MAIL_RELAY_TARGET_EMAILS": RCPT,
             "MAIL_RELAY_WEBHOOK_URL": f"http://127.0.0.1:{hook_port}/webhook",
@@ -558,7 +562,7 @@ def _smtp(ws: Workspace, *, relay: bool, queue: bool = False, payload_version: i
             if payload_version != 1 and "MAIL_RELAY_PAYLOAD_VERSION" in str(exc):
                 raise NotAvailable(f"n/a (payload v{payload_version} not yet available)") from None
             raise
-        target = Target(smtp_port=smtp_port, measured=[mailrelay.pid], helpers={"receiver": receiver.pid})
+        target = Target(smtp_port=smtp_port, measured=[mailrelay.pid], helpers=target_helpers)
 
         def count() -> int:
             return int(httpx.get(f"http://127.0.0.1:{hook_port}/count", timeout=PROBE_TIMEOUT_SECS).text)
@@ -566,7 +570,6 @@ def _smtp(ws: Workspace, *, relay: bool, queue: bool = False, payload_version: i
         target.counter = count
         target.explain = _receiver_note
         if queue:
-            target.helpers["nats-server"] = started[0].pid
             seen: list[int] = []
             target.counter = _drained(count, seen)
             target.explain = lambda delivered, accepted: _queue_note(delivered, accepted, seen)
