@@ -20,6 +20,7 @@ HEADER_JOIN_LINES = 3  # a client may wrap its `On ... wrote:` line: up to this 
 OUTLOOK_BLOCK_LINES = 5  # Outlook's From:/Sent:/To:/Subject: block: `Sent:` (or `Date:`) within this many lines
 MAX_CANDIDATES = 1000  # lines that look like a quote header's part checked in full; past it the rest is the reply
 FOOTER_SEARCH_LINES = 4  # a mobile footer counts as the signature among the last this many non-blank lines
+PLAIN_TAIL_LINES = 8  # lines split off the end of a text without quotes to look for that footer
 # RFC 3676 4.3's "-- " (many clients drop the trailing space; html2text writes it as "\--")
 SIGNATURE_DELIMITERS = frozenset({"--", "\\--"})
 
@@ -80,7 +81,11 @@ class StrippedReply:
 
 def strip_reply(body: str) -> StrippedReply:
     """Split `body` into the reply, its signature and the quoted history (dropped). Never raises."""
-    text = body.replace("\r\n", "\n").replace("\r", "\n")
+    text = body.replace("\r\n", "\n").replace("\r", "\n") if "\r" in body else body
+    # no `>`, no line starting with "-" and no backslash (a `\--` line): no quote and no delimiter line
+    plain = _plain_reply(text) if ">" not in text and "\\" not in text and not _may_have_header(text) else None
+    if plain is not None:
+        return plain
     lines = text.split("\n")
     # Whole-text checks first (one C scan each): most replies have no quote header, no `>` and no delimiter
     start, header_end = _history_start(lines) if _may_have_header(text) else (len(lines), len(lines))
@@ -95,6 +100,26 @@ def strip_reply(body: str) -> StrippedReply:
     if cut is not None and _is_delimiter(reply[cut]):
         signature = "\n".join(reply[cut + 1 :]).strip()
     return StrippedReply(text=text, signature=signature or None)
+
+
+def _plain_reply(text: str) -> StrippedReply | None:
+    """`strip_reply` of a text without a quote header, a `>` or a delimiter line: all of it is the reply, and only
+    a mobile footer among its last non-blank lines can start a signature. Only the last PLAIN_TAIL_LINES lines are
+    split off; None when they do not decide (blank lines at the end): then the general code reads all lines."""
+    tail = text.rsplit("\n", PLAIN_TAIL_LINES)  # tail[0]: the rest of the text, one line or more
+    whole = len(tail) <= PLAIN_TAIL_LINES  # tail[0] is one line too
+    seen = 0
+    for index in range(len(tail) - 1, -1 if whole else 0, -1):
+        head = tail[index][:MARKER_SCAN_CHARS].rstrip()  # _head
+        if not head:
+            continue
+        if _FOOTER.match(head):
+            signature = "\n".join(tail[index:]).strip()
+            return StrippedReply(text="\n".join(tail[:index]).strip(), signature=signature or None)
+        seen += 1
+        if seen >= FOOTER_SEARCH_LINES:
+            return StrippedReply(text=text.strip())
+    return StrippedReply(text=text.strip()) if whole else None
 
 
 def _may_have_header(text: str) -> bool:
