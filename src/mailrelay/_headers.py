@@ -12,7 +12,6 @@ import collections
 import datetime
 import email.utils
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mailrelay._parsing import decode_header_value
@@ -23,7 +22,6 @@ MAX_ADDRESSES = 100  # addresses per To, Cc and Reply-To (RFC 5321 4.5.3.1.8's r
 MAX_ADDRESS_CHARS = 320  # RFC 5321 4.5.3.1: 64 (local part) + 1 + 255 (domain)
 MAX_NAME_CHARS = 256  # characters of a display name
 MAX_SCANNED_CHARS = 256 * 1024  # characters of a header value read for ids or addresses; the rest is ignored
-THREADING_HEADERS = frozenset({"message-id", "in-reply-to", "references", "date"})  # names, lower case
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 _ID = re.compile(r"<([^<>\s]+)>")  # unbounded on purpose: a bounded repeat re-scans from every "<"
@@ -47,6 +45,7 @@ _SIMPLE_DATE = re.compile(
     r"([0-9]{2}):([0-9]{2})(?::([0-9]{2}))? ([+-])([0-9]{2})([0-9]{2})"
 )
 _MONTH_NUMBERS = {name: number for number, name in enumerate(_MONTHS, start=1)}
+_DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # February of a leap year: _month_days
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,25 +62,17 @@ def clean(text: str, limit: int) -> str:
     return _CONTROL.sub(" ", text[: limit * 2]).strip()[:limit].strip()
 
 
-def first_headers(headers: Iterable[tuple[str, str]], names: frozenset[str]) -> dict[str, str]:
-    """The first value of each of `names` (lower case) that `headers` has, keyed by the lower-case name; one pass."""
-    found: dict[str, str] = {}
-    for key, value in headers:
-        lowered = key.lower()
-        if lowered in names and lowered not in found:
-            found[lowered] = value
-    return found
-
-
 def message_id(value: str | None) -> str | None:
     """The id of a Message-ID or In-Reply-To header without its angle brackets; None when there is none or it is
     over MAX_ID_CHARS."""
     if value is None:
         return None
-    for match in _ID.finditer(value):  # message_ids(value, limit=1) without keeping the rest
+    match = _ID.search(value)  # message_ids(value, limit=1) without keeping the rest
+    while match is not None:
         identifier = _identifier(match.group(1))
         if identifier is not None:
             return identifier
+        match = _ID.search(value, match.end())
     return _bare_id(value)
 
 
@@ -115,6 +106,8 @@ def _bare_id(value: str) -> str | None:
 def _identifier(text: str) -> str | None:
     if len(text) > MAX_ID_CHARS:
         return None
+    if text.isprintable():  # no control character (the usual id): nothing to remove
+        return text
     return _CONTROL.sub("", text) or None
 
 
@@ -136,22 +129,25 @@ def rfc3339_date(value: str | None) -> str | None:
 
 
 def _simple_date(match: re.Match[str]) -> str | None:
-    """`_SIMPLE_DATE`'s match as parsedate_to_datetime reads it: `-0000` is UTC too, a zone's minutes may exceed
-    59 (+0160 is two hours), out-of-range fields are no date."""
+    """`_SIMPLE_DATE`'s match as parsedate_to_datetime reads it (written as datetime.isoformat writes it, without
+    building one): `-0000` is UTC too, a zone's minutes may exceed 59 (+0160 is two hours), a zone of a day or
+    more and out-of-range fields are no date."""
     day, month, year, hour, minute, second, sign, zone_hours, zone_minutes = match.groups()
-    offset = int(zone_hours) * 3600 + int(zone_minutes) * 60
-    try:
-        zone = (
-            datetime.timezone(datetime.timedelta(seconds=-offset if sign == "-" else offset))
-            if offset
-            else datetime.UTC
-        )
-        parsed = datetime.datetime(
-            int(year), _MONTH_NUMBERS[month], int(day), int(hour), int(minute), int(second or 0), tzinfo=zone
-        )
-    except ValueError:
+    number = _MONTH_NUMBERS[month]
+    date = int(day)
+    if not 0 < date <= _month_days(int(year), number) or hour > "23" or minute > "59" or (second or "") > "59":
         return None
-    return parsed.isoformat()
+    offset = int(zone_hours) * 60 + int(zone_minutes)  # minutes
+    if offset >= 24 * 60:
+        return None
+    zone = f"{sign}{offset // 60:02d}:{offset % 60:02d}" if offset else "+00:00"
+    return f"{year}-{number:02d}-{date:02d}T{hour}:{minute}:{second or '00'}{zone}"
+
+
+def _month_days(year: int, month: int) -> int:
+    if month == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0):
+        return 29
+    return _DAYS_IN_MONTH[month - 1]
 
 
 def addresses(raw: str | None) -> list[Address]:
@@ -161,17 +157,35 @@ def addresses(raw: str | None) -> list[Address]:
         return []
     text = raw[:MAX_SCANNED_CHARS].replace("\r", " ").replace("\n", " ")
     pairs = _simple_pairs(text)
-    if pairs is None:
-        try:
-            pairs = email.utils.getaddresses([text])
-        except Exception:  # the stdlib address parser has raised on hostile input before
-            return []
+    if pairs is not None:
+        return _simple_addresses(pairs)
+    try:
+        pairs = email.utils.getaddresses([text])
+    except Exception:  # the stdlib address parser has raised on hostile input before
+        return []
     out: list[Address] = []
     for name, address in pairs:
         address = clean(address, MAX_ADDRESS_CHARS + 1)
         if len(address) > MAX_ADDRESS_CHARS or not _ADDRESS.match(address):
             continue
         display = clean(decode_header_value(name[: MAX_NAME_CHARS * 8]), MAX_NAME_CHARS) if name else ""
+        out.append(Address(address=address, name=display or None))
+        if len(out) >= MAX_ADDRESSES:
+            break
+    return out
+
+
+def _simple_addresses(pairs: list[tuple[str, str]]) -> list[Address]:
+    """`addresses`' loop for `_simple_pairs`: an atext address has no control character and always matches
+    `_ADDRESS`, and a name without an encoded word is already clean (words joined by one space)."""
+    out: list[Address] = []
+    for name, address in pairs:
+        if len(address) > MAX_ADDRESS_CHARS:
+            continue
+        if "=?" in name:
+            display = clean(decode_header_value(name[: MAX_NAME_CHARS * 8]), MAX_NAME_CHARS)
+        else:
+            display = name[:MAX_NAME_CHARS].rstrip()
         out.append(Address(address=address, name=display or None))
         if len(out) >= MAX_ADDRESSES:
             break

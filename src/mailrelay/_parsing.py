@@ -55,29 +55,48 @@ class ParsedMessage:
     address_headers: tuple[tuple[str, str], ...] = ()
     """The first To, Cc and Reply-To values as received (folded, encoded words kept), keyed `to`, `cc`,
     `reply_to`: payload v2 parses the addresses before decoding the names (a decoded comma is not a separator)."""
+    threading_headers: tuple[tuple[str, str], ...] = ()
+    """The first Message-ID, In-Reply-To, References and Date values as in `headers` (decoded), keyed by the
+    lower-case name: payload v2's threading fields and date."""
 
 
-_ADDRESS_HEADERS = (("to", "To"), ("cc", "Cc"), ("reply_to", "Reply-To"))
+_ADDRESS_HEADERS = {"to": "to", "cc": "cc", "reply-to": "reply_to"}  # lower-case name: address_headers key
+THREADING_HEADERS = frozenset({"message-id", "in-reply-to", "references", "date"})
+_FIRST_RAW = frozenset({"subject", "from", *_ADDRESS_HEADERS})  # the top-level fields read as received
 
 
 def parse_message(raw: bytes) -> ParsedMessage:
     """Parse RFC 5322 / MIME bytes. Never raises on malformed input."""
     message = _message(raw)
-    headers = tuple((scrub(name), decode_header_value(value)) for name, value in _raw_items(message))
-    sender_name, from_address = _from_header(message)
+    headers: list[tuple[str, str]] = []
+    first_raw: dict[str, str] = {}  # one pass over the fields for all of them (the first of each)
+    threading: dict[str, str] = {}
+    for raw_name, raw_value in message.raw_items():
+        name, value = str(raw_name), str(raw_value)
+        lowered = name.lower()
+        if lowered in _FIRST_RAW and lowered not in first_raw:
+            first_raw[lowered] = value
+        key = scrub(name)
+        header = (key, decode_header_value(value))
+        headers.append(header)
+        lowered = lowered if key is name else key.lower()
+        if lowered in THREADING_HEADERS and lowered not in threading:
+            threading[lowered] = header[1]
+    sender_name, from_address = _from_header(first_raw.get("from"))
     walker = _Walker()
     walker.walk(message)
     return ParsedMessage(
-        subject=decode_header_value(_raw_header(message, "Subject") or "").strip(),
+        subject=decode_header_value(first_raw.get("subject", "")).strip(),
         sender_name=sender_name,
         from_address=from_address,
         text_body=walker.text,
         html_body=walker.html,
-        headers=headers,
+        headers=tuple(headers),
         parts=tuple(walker.parts),
         address_headers=tuple(
-            (key, scrub(value)) for key, name in _ADDRESS_HEADERS if (value := _raw_header(message, name)) is not None
+            (key, scrub(first_raw[name])) for name, key in _ADDRESS_HEADERS.items() if name in first_raw
         ),
+        threading_headers=tuple(threading.items()),
     )
 
 
@@ -201,10 +220,6 @@ def _codec(charset: str | None) -> str | None:
     return info.name if getattr(info, "_is_text_encoding", True) else None
 
 
-def _raw_items(message: Message) -> list[tuple[str, str]]:
-    return [(str(name), str(value)) for name, value in message.raw_items()]
-
-
 def _raw_header(message: Message, name: str) -> str | None:
     """The first header `name` exactly as received (8-bit bytes still smuggled as surrogates);
     compat32's get() would turn those into an unknown-8bit Header and lose them."""
@@ -215,8 +230,7 @@ def _raw_header(message: Message, name: str) -> str | None:
     return None
 
 
-def _from_header(message: Message) -> tuple[str | None, str | None]:
-    raw = _raw_header(message, "From")
+def _from_header(raw: str | None) -> tuple[str | None, str | None]:
     if raw is None:
         return None, None
     try:

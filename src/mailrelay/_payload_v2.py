@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mailrelay._headers import (
-    THREADING_HEADERS,
     addresses,
-    first_headers,
     message_id,
     message_ids,
     plus_tag,
@@ -46,6 +44,8 @@ class MailAuth:
     dkim: str | None = None
 
 
+V1_TAIL_FIELDS = ("headers", "attachments", "dmarc_result", "authenticated_from")
+"""v1's fields after the bodies, in v2 after the stripped reply."""
 RAW_FIELDS = ("raw_base64", "raw_url", "raw_presigned_url")
 """The original message's fields (``mailrelay._raw``), when ``MAIL_RELAY_RAW`` is on."""
 
@@ -53,41 +53,63 @@ RAW_FIELDS = ("raw_base64", "raw_url", "raw_presigned_url")
 def payload_v2(
     v1: WebhookPayload, *, message: ParsedMessage, transaction: Transaction, auth: MailAuth | None = None
 ) -> dict[str, Any]:
-    """The v2 JSON object: `v1`'s fields (values unchanged) with the v2 fields among them, None fields left out."""
+    """The v2 JSON object: `v1`'s fields (values unchanged) with the v2 fields among them, None fields left out.
+
+    Each field is set where it goes in the order (the JSON's order); a field whose header is missing costs a
+    dictionary look-up."""
     base = v1.to_dict()
-    threading = first_headers(message.headers, THREADING_HEADERS)
-    stripped = strip_reply(message.text_body if message.text_body is not None else v1.body)
-    references = message_ids(threading.get("references", ""))
     out: dict[str, Any] = {"payload_version": PAYLOAD_VERSION}
-    _put(out, "message_id", message_id(threading.get("message-id")))
-    _put(out, "in_reply_to", message_id(threading.get("in-reply-to")))
-    _put(out, "references", references or None)
-    _put(out, "date", rfc3339_date(threading.get("date")))
+    _threading(out, dict(message.threading_headers))
+    recipient = base["recipient"]
     out["sender"] = base["sender"]
-    _put(out, "sender_name", base.get("sender_name"))
-    out["recipient"] = base["recipient"]
-    out["recipients"] = [scrub(r) for r in transaction.recipients] or [base["recipient"]]
-    _put(out, "recipient_tag", plus_tag(base["recipient"]))
+    if v1.sender_name is not None:
+        out["sender_name"] = v1.sender_name
+    out["recipient"] = recipient
+    out["recipients"] = [scrub(r) for r in transaction.recipients] or [recipient]
+    tag = plus_tag(recipient)
+    if tag is not None:
+        out["recipient_tag"] = tag
     address_headers = dict(message.address_headers)  # one value per key already
     for key in ("to", "cc", "reply_to"):
-        _put(out, key, [a.to_dict() for a in addresses(address_headers.get(key))] or None)
+        raw = address_headers.get(key)
+        found = addresses(raw) if raw is not None else None
+        if found:
+            out[key] = [a.to_dict() for a in found]
     out["subject"] = base["subject"]
     out["body"] = base["body"]
-    _put(out, "text_body", message.text_body)
-    _put(out, "html_body", base.get("html_body"))
+    text_body = message.text_body
+    if text_body is not None:
+        out["text_body"] = text_body
+    if v1.html_body is not None:
+        out["html_body"] = v1.html_body
+    stripped = strip_reply(text_body if text_body is not None else v1.body)
     out["stripped_text"] = stripped.text
-    _put(out, "stripped_signature", stripped.signature)
-    for key in ("headers", "attachments", "dmarc_result", "authenticated_from"):
-        _put(out, key, base.get(key))
+    if stripped.signature is not None:
+        out["stripped_signature"] = stripped.signature
+    for key in V1_TAIL_FIELDS:  # to_dict leaves the None ones out
+        if key in base:
+            out[key] = base[key]
     if auth is not None:
         _put(out, "spf", auth.spf)
         _put(out, "dkim", auth.dkim)
     out["client_ip"] = scrub(transaction.client_ip)
-    _put(out, "helo", scrub(transaction.helo) if transaction.helo else None)
+    if transaction.helo:
+        out["helo"] = scrub(transaction.helo)
     out["size_bytes"] = transaction.size_bytes
     for key in RAW_FIELDS:  # MAIL_RELAY_RAW, last as in v1
-        _put(out, key, base.get(key))
+        if key in base:
+            out[key] = base[key]
     return out
+
+
+def _threading(out: dict[str, Any], threading: dict[str, str]) -> None:
+    """`message_id`, `in_reply_to`, `references` and `date` from the message's first such headers."""
+    _put(out, "message_id", message_id(threading.get("message-id")))
+    _put(out, "in_reply_to", message_id(threading.get("in-reply-to")))
+    references = threading.get("references")
+    if references is not None:
+        _put(out, "references", message_ids(references) or None)
+    _put(out, "date", rfc3339_date(threading.get("date")))
 
 
 def encode(payload: dict[str, Any]) -> bytes:
