@@ -44,8 +44,11 @@ _SIMPLE_DATE = re.compile(
     rf"(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), )?([0-9]{{1,2}}) ({'|'.join(_MONTHS)}) ([1-9][0-9]{{3}}) "
     r"([0-9]{2}):([0-9]{2})(?::([0-9]{2}))? ([+-])([0-9]{2})([0-9]{2})"
 )
-_MONTH_NUMBERS = {name: number for number, name in enumerate(_MONTHS, start=1)}
-_DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # February of a leap year: _month_days
+_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # February of a leap year: _leap
+_MONTH_DAYS = {  # name: (number, days), both as 2-digit strings
+    name: (f"{number:02d}", f"{days:02d}")
+    for number, (name, days) in enumerate(zip(_MONTHS, _DAYS, strict=True), start=1)
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,25 +132,32 @@ def rfc3339_date(value: str | None) -> str | None:
 
 
 def _simple_date(match: re.Match[str]) -> str | None:
-    """`_SIMPLE_DATE`'s match as parsedate_to_datetime reads it (written as datetime.isoformat writes it, without
-    building one): `-0000` is UTC too, a zone's minutes may exceed 59 (+0160 is two hours), a zone of a day or
-    more and out-of-range fields are no date."""
+    """`_SIMPLE_DATE`'s match as parsedate_to_datetime reads it, written as datetime.isoformat writes it without
+    building one (fields compared and joined as the 2-digit strings they are): `-0000` is UTC too, a zone's
+    minutes may exceed 59 (+0160 is two hours), a zone of a day or more and out-of-range fields are no date."""
     day, month, year, hour, minute, second, sign, zone_hours, zone_minutes = match.groups()
-    number = _MONTH_NUMBERS[month]
-    date = int(day)
-    if not 0 < date <= _month_days(int(year), number) or hour > "23" or minute > "59" or (second or "") > "59":
+    number, last = _MONTH_DAYS[month]
+    if len(day) == 1:
+        day = "0" + day
+    if last == "28" and _leap(int(year)):
+        last = "29"
+    second = second or "00"
+    if not "00" < day <= last or hour > "23" or minute > "59" or second > "59":
         return None
-    offset = int(zone_hours) * 60 + int(zone_minutes)  # minutes
-    if offset >= 24 * 60:
-        return None
-    zone = f"{sign}{offset // 60:02d}:{offset % 60:02d}" if offset else "+00:00"
-    return f"{year}-{number:02d}-{date:02d}T{hour}:{minute}:{second or '00'}{zone}"
+    if zone_minutes < "60":
+        if zone_hours > "23":
+            return None
+        zone = f"{sign}{zone_hours}:{zone_minutes}" if zone_hours != "00" or zone_minutes != "00" else "+00:00"
+    else:
+        offset = int(zone_hours) * 60 + int(zone_minutes)
+        if offset >= 24 * 60:
+            return None
+        zone = f"{sign}{offset // 60:02d}:{offset % 60:02d}"
+    return f"{year}-{number}-{day}T{hour}:{minute}:{second}{zone}"
 
 
-def _month_days(year: int, month: int) -> int:
-    if month == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0):
-        return 29
-    return _DAYS_IN_MONTH[month - 1]
+def _leap(year: int) -> bool:
+    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
 
 
 def addresses(raw: str | None) -> list[Address]:

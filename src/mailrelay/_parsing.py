@@ -130,6 +130,8 @@ def _message(raw: bytes) -> Message:
 
 def scrub(text: str) -> str:
     """Make text safe for UTF-8 JSON: bytes smuggled as surrogates are decoded, the rest replaced."""
+    if text.isascii():  # the usual name, address or header: nothing to check (a surrogate is not ASCII)
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
