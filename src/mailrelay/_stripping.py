@@ -58,17 +58,26 @@ _SENT_FIELD = re.compile(
 _FIRST_LINE_DASH = re.compile(r"[^\S\n]*-")
 _LINE_DASH = re.compile(r"\n[^\S\n]*-")
 _RULE = re.compile(r"^\s*_{10,}\s*$")
-_FOOTER = re.compile(
-    r"""^\s*(?:
-        Sent\ from\ (?:my\ |Mail\ for\ |Yahoo\ Mail|Outlook|AOL)
-      | Sent\ via\ | Get\ Outlook\ for\ | Sent\ with\ (?:ProtonMail|Proton\ Mail)
-      | Von\ meinem\ .{1,60}\ gesendet | Gesendet\ von\ (?:meinem|Outlook|Mail\ für) | Von\ Outlook\ für
-      | Envoyé\ (?:de|depuis)\ (?:mon|ma|Outlook|Yahoo) | Obtenir\ Outlook\ pour
-      | Enviado\ (?:desde|do|de)\ (?:mi|meu|o\ meu|Outlook|Yahoo) | Obtener\ Outlook\ para
-      | Verstuurd\ (?:vanaf|met)\ | Inviato\ da\ | Skickat\ från\ | Wysłane\ z\s
-    )""",
-    re.IGNORECASE | re.VERBOSE,
+_FOOTER_PHRASES = (  # each starts with a letter (see _FOOTER_INITIAL)
+    r"Sent\ from\ (?:my\ |Mail\ for\ |Yahoo\ Mail|Outlook|AOL)",
+    r"Sent\ via\ ",
+    r"Get\ Outlook\ for\ ",
+    r"Sent\ with\ (?:ProtonMail|Proton\ Mail)",
+    r"Von\ meinem\ .{1,60}\ gesendet",
+    r"Gesendet\ von\ (?:meinem|Outlook|Mail\ für)",
+    r"Von\ Outlook\ für",
+    r"Envoyé\ (?:de|depuis)\ (?:mon|ma|Outlook|Yahoo)",
+    r"Obtenir\ Outlook\ pour",
+    r"Enviado\ (?:desde|do|de)\ (?:mi|meu|o\ meu|Outlook|Yahoo)",
+    r"Obtener\ Outlook\ para",
+    r"Verstuurd\ (?:vanaf|met)\ ",
+    r"Inviato\ da\ ",
+    r"Skickat\ från\ ",
+    r"Wysłane\ z\s",
 )
+_FOOTER = re.compile(rf"^\s*(?:{'|'.join(_FOOTER_PHRASES)})", re.IGNORECASE | re.VERBOSE)
+# A line whose first non-blank is no phrase's first letter (most lines) is no footer: one short match decides
+_FOOTER_INITIAL = re.compile(rf"\s*[{''.join(sorted({phrase[0] for phrase in _FOOTER_PHRASES}))}]", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,7 +122,7 @@ def _plain_reply(text: str) -> StrippedReply | None:
         head = tail[index][:MARKER_SCAN_CHARS].rstrip()  # _head
         if not head:
             continue
-        if _FOOTER.match(head):
+        if _FOOTER_INITIAL.match(head) and _FOOTER.match(head):
             signature = "\n".join(tail[index:]).strip()
             return StrippedReply(text="\n".join(tail[:index]).strip(), signature=signature or None)
         seen += 1
@@ -211,7 +220,7 @@ def _signature_start(reply: list[str], *, delimited: bool = True) -> int | None:
         head = _head(reply[index])
         if not head.strip():
             continue
-        if _FOOTER.match(head):
+        if _FOOTER_INITIAL.match(head) and _FOOTER.match(head):
             return index
         seen += 1
         if seen >= FOOTER_SEARCH_LINES:
