@@ -114,3 +114,38 @@ def test_blank_runs_in_an_address_header_are_no_address() -> None:
     # one pass over the blanks: the shortcut's pattern never lets two runs of blanks compete for them
     assert addresses(" " * MAX_SCANNED_CHARS + "x") == []
     assert addresses("a" + "\t" * MAX_SCANNED_CHARS) == []
+
+
+def test_dates_of_leap_years_and_wide_zones_read_as_the_stdlib() -> None:
+    fields = itertools.product(
+        ["28", "29", "30", "31"], ["Feb", "Apr", "Dec"], ["1900", "2000", "2024", "2026", "2100", "9999"],
+        ["23:59:59", "00:00", "23:59:60"],
+        ["+0000", "-0000", "+2300", "-2359", "+2360", "-0099", "+0160", "+2400", "-0059"],
+    )  # fmt: skip
+    for date, month, year, time, zone in fields:
+        value = f"Mon, {date} {month} {year} {time} {zone}"
+        assert rfc3339_date(value) == _stdlib_date(value), value
+
+
+def test_replies_without_quotes_read_as_the_general_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the last lines split off for the footer check: footers among and past them, blank lines after them
+    lines = ["Thanks, see you", "Sent from my iPhone", "Von meinem Handy gesendet", "", "  ", "\t", " " * 301 + "x"]
+    bodies = ["\n".join(combo) for combo in itertools.product(lines, repeat=4)]
+    bodies += ["Hi\nSent from my iPad" + "\n" * blanks + "end" * last for blanks in range(14) for last in (0, 1)]
+    bodies += ["a\n" * lines_before + "Sent via phone\n" + "b\n" * after for lines_before in (0, 9) for after in range(6)]
+    bodies += ["reply\n\\--\nsig\n", "reply\r\nSent from my iPhone\r\n", "\u017fent from my iPhone", "İnviato da Mail"]
+    assert sum(_stripping._plain_reply(body) is not None for body in bodies) > 1_000  # the shortcut is taken
+    fast = [strip_reply(body) for body in bodies]
+    monkeypatch.setattr(_stripping, "_may_have_header", lambda text: True)
+    assert [strip_reply(body) for body in bodies] == fast
+
+
+@pytest.mark.parametrize("path", FILES[:12], ids=lambda p: p.stem)
+def test_threading_headers_are_the_first_of_each_header(path: Path) -> None:
+    raw = b"message-ID: <first@x>\r\nDATE: Mon, 1 Jan 2024 00:00:00 +0000\r\nMessage-Id: <second@x>\r\n"
+    for message in (parse_message(path.read_bytes()), parse_message(raw + path.read_bytes())):
+        first: dict[str, str] = {}
+        for name, value in message.headers:
+            first.setdefault(name.lower(), value)
+        names = ("message-id", "in-reply-to", "references", "date")
+        assert dict(message.threading_headers) == {name: first[name] for name in names if name in first}
