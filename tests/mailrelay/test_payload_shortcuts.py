@@ -132,7 +132,7 @@ def test_replies_without_quotes_read_as_the_general_code(monkeypatch: pytest.Mon
     lines = ["Thanks, see you", "Sent from my iPhone", "Von meinem Handy gesendet", "", "  ", "\t", " " * 301 + "x"]
     bodies = ["\n".join(combo) for combo in itertools.product(lines, repeat=4)]
     bodies += ["Hi\nSent from my iPad" + "\n" * blanks + "end" * last for blanks in range(14) for last in (0, 1)]
-    bodies += ["a\n" * lines_before + "Sent via phone\n" + "b\n" * after for lines_before in (0, 9) for after in range(6)]
+    bodies += ["a\n" * before + "Sent via phone\n" + "b\n" * after for before in (0, 9) for after in range(6)]
     bodies += ["reply\n\\--\nsig\n", "reply\r\nSent from my iPhone\r\n", "\u017fent from my iPhone", "İnviato da Mail"]
     assert sum(_stripping._plain_reply(body) is not None for body in bodies) > 1_000  # the shortcut is taken
     fast = [strip_reply(body) for body in bodies]
