@@ -20,6 +20,7 @@ import re
 import ssl
 import urllib.parse
 from collections.abc import Mapping
+from typing import cast
 
 from bastion_core import CircuitOpenError, Guard, running_loop
 from mailrelay._delivery import TIMEOUT_PROBLEM, Attempt
@@ -81,8 +82,8 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport; not an isinstance check: uvloop's transports are not asyncio.Transport subclasses.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import structlog
 
@@ -135,8 +136,7 @@ class RelaySMTP(SmtpTransport):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(reply.line())
+        cast(asyncio.WriteTransport, transport).write(reply.line())  # uvloop's are no asyncio.WriteTransport
         self._close()
 
     def _touch(self) -> None:
