@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 
 import nats.errors
 import structlog
@@ -173,14 +174,17 @@ class Replies:
 
     nats-py's `request` (behind `JetStreamContext.publish`) does the same with a token from `secrets.token_hex` (a
     getrandom call) and a NUID, `asyncio.wait_for` and a fresh Future per request; here the token is a counter
-    (the inbox is already unique), and a timer and a future are all a request costs.
+    (the inbox is already unique), and a future is all a request costs: one timer, set for the earliest deadline,
+    times out every request whose time is up (a timer per request was 4 us: a handle, a heap push, its cancel).
     """
 
     def __init__(self, nc: Client) -> None:
         self._nc = nc
         self._prefix = f"{nc.new_inbox()}."
         self._ids = itertools.count()
-        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._waiting: dict[str, tuple[asyncio.Future[Msg], float]] = {}  # token -> (reply, deadline)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
         self._loop = asyncio.get_running_loop()  # made inside the loop; looked up once (each look-up is a getpid)
 
     async def start(self) -> None:
@@ -191,21 +195,36 @@ class Replies:
         loop = self._loop
         token = str(next(self._ids))
         future: asyncio.Future[Msg] = loop.create_future()
-        self._waiting[token] = future
-        timer = loop.call_later(wait, _time_out, future)
+        deadline = loop.time() + wait
+        self._waiting[token] = (future, deadline)
+        if deadline < self._timer_at:
+            self._set_timer(deadline)
         try:
             await self._nc.publish(subject, body, reply=self._prefix + token, headers=headers)
             return await future
         finally:
-            timer.cancel()
             del self._waiting[token]
 
     async def _on_reply(self, msg: Msg) -> None:
-        future = self._waiting.get(msg.subject[len(self._prefix) :])
-        if future is not None and not future.done():
-            future.set_result(msg)
+        waiting = self._waiting.get(msg.subject[len(self._prefix) :])
+        if waiting is not None and not waiting[0].done():
+            waiting[0].set_result(msg)
 
+    def _set_timer(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = self._loop.call_at(when, self._time_out), when
 
-def _time_out(future: asyncio.Future[Msg]) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError())
+    def _time_out(self) -> None:
+        """TimeoutError for the requests whose time is up; the timer again for the earliest of the others."""
+        self._timer, self._timer_at = None, math.inf
+        now, earliest = self._loop.time(), math.inf
+        for future, deadline in self._waiting.values():
+            if future.done():
+                continue
+            if deadline <= now:
+                future.set_exception(TimeoutError())
+            else:
+                earliest = min(earliest, deadline)
+        if earliest < math.inf:
+            self._set_timer(earliest)
