@@ -112,6 +112,17 @@ async def test_a_request_without_a_reply_times_out(observer: Client) -> None:
         await replies.request(silent, b"{}", headers={}, wait=0.2)
 
 
+async def test_a_take_outlasts_the_timer_an_earlier_take_left(queue: JetStreamQueue) -> None:
+    await queue.enqueue(b"{}", delivery_id="first")
+    (first,) = await queue.fetch(1, wait=0.3)  # came at once: the timer set for its 0.3 s is still set
+    await first.ack()
+    later = asyncio.ensure_future(queue.fetch(1, wait=10))
+    await asyncio.sleep(0.5)  # the earlier take's timer fires meanwhile
+    await queue.enqueue(b"{}", delivery_id="second")
+    (second,) = await later
+    assert second.delivery_id == "second"
+
+
 async def test_a_short_request_times_out_while_a_longer_one_still_gets_its_reply(observer: Client) -> None:
     late = f"late.{uuid.uuid4().hex}"
     held: list[Msg] = []
