@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 import nats
 import nats.errors
 import nats.js.errors
+import orjson
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -49,6 +49,8 @@ ACCEPTED_AT_HEADER = "MailRelay-Accepted-At"
 ERROR_HEADER = "MailRelay-Error"
 ATTEMPTS_HEADER = "MailRelay-Attempts"
 ROUTE_HEADER = "MailRelay-Route"  # the routes-file route of the message (absent: the default route)
+V1_ACK_TOKENS = 9  # an ack subject without domain and account hash; with them, 12 (11 from older servers)
+V2_ACK_TOKENS = 12
 
 log = structlog.get_logger("mailrelay.queue")
 
@@ -288,25 +290,47 @@ class JetStreamQueue:
 
 
 def _queued(msg: Msg, acks: Acks) -> QueuedMessage | None:
+    """None for a message that is no JetStream delivery (its reply subject is not an ack subject)."""
     headers = msg.headers or {}
+    number = _delivery_number(msg.reply)
+    delivery_id = headers.get(DELIVERY_ID_HEADER)
     try:
-        metadata = msg.metadata
-    except nats.errors.Error:
-        return None
-    delivery_id = headers.get(DELIVERY_ID_HEADER) or f"seq-{metadata.sequence.stream}"
-    try:
-        accepted_at = float(headers.get(ACCEPTED_AT_HEADER, ""))
+        accepted_at: float | None = float(headers.get(ACCEPTED_AT_HEADER, ""))
     except ValueError:
-        accepted_at = metadata.timestamp.timestamp()
+        accepted_at = None
+    if number is None or not delivery_id or accepted_at is None:  # not written by a relay: the whole metadata
+        try:
+            metadata = msg.metadata
+        except nats.errors.Error:
+            return None
+        number = metadata.num_delivered
+        delivery_id = delivery_id or f"seq-{metadata.sequence.stream}"
+        accepted_at = metadata.timestamp.timestamp() if accepted_at is None else accepted_at
     return QueuedMessage(
         body=msg.data,
         delivery_id=delivery_id,
-        number=metadata.num_delivered,
+        number=number,
         accepted_at=accepted_at,
         _msg=msg,
         route=headers.get(ROUTE_HEADER),
         _acks=acks,
     )
+
+
+def _delivery_number(reply: str) -> int | None:
+    """`msg.metadata.num_delivered` from the ack subject alone (the metadata costs 5 us a message: a datetime and
+    three objects): `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>`, or
+    with domain and account hash after `ACK` (and more tokens at the end). None for any other subject."""
+    tokens = reply.split(".")
+    if len(tokens) == V1_ACK_TOKENS:
+        number = tokens[Msg.Ack.NumDelivered - 2]
+    elif len(tokens) >= V2_ACK_TOKENS - 1:
+        number = tokens[Msg.Ack.NumDelivered]
+    else:
+        return None
+    if tokens[0] != Msg.Ack.Prefix0 or tokens[1] != Msg.Ack.Prefix1 or not number.isdigit():
+        return None
+    return int(number)
 
 
 def _check_stored(reply: Msg) -> None:
@@ -315,8 +339,8 @@ def _check_stored(reply: Msg) -> None:
     if reply.headers and reply.headers.get(Header.STATUS) == StatusCode.SERVICE_UNAVAILABLE:
         raise QueueUnavailable(_reason(nats.js.errors.NoStreamResponseError()))
     try:
-        answer = json.loads(reply.data)
-    except ValueError:
+        answer = orjson.loads(reply.data)  # json.loads' answer in a tenth of the time
+    except orjson.JSONDecodeError:
         raise QueueUnavailable("unreadable acknowledgement") from None
     if not isinstance(answer, dict):
         raise QueueUnavailable("unreadable acknowledgement")

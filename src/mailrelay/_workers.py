@@ -17,7 +17,7 @@ from mailrelay._errors import QueueUnavailable
 from mailrelay._metrics import DeadLetter, Delivery, RelayMetrics, Retry
 from mailrelay._redelivery import Action, RedeliveryRules, decide
 from mailrelay._routing import target_label
-from mailrelay._target import DeliveryTarget, Verdict
+from mailrelay._target import DeliveryTarget, Outcome, Verdict
 
 if TYPE_CHECKING:  # nats-py (the queue extra): loaded with the queue
     from mailrelay._queue import QueuedMessage
@@ -116,6 +116,9 @@ class DeliveryWorkers:
     async def _deliver(self, message: QueuedMessage) -> None:
         target = self.route_targets.get(message.route or "", self.target)
         outcome = await target.attempt(message.body, delivery_id=message.delivery_id)
+        if outcome.verdict is Verdict.DELIVERED:  # the usual case, without `decide` (it acks)
+            await self._delivered(message, outcome)
+            return
         decision = decide(
             outcome,
             number=message.number,
@@ -125,15 +128,11 @@ class DeliveryWorkers:
             circuit_wait=max(pause.retry_in if (pause := target.pause()) else 0.0, CIRCUIT_PAUSE_SECS),
             random=self._random,
         )
+        if decision.action is Action.ACK:
+            await self._delivered(message, outcome)
+            return
         bound = log.bind(delivery_id=message.delivery_id, attempt=message.number)
         metrics = self.metrics
-        if decision.action is Action.ACK:
-            await message.ack()
-            if not info_dropped():
-                bound.info("message_relayed", outcome="delivered", status=outcome.status, mode="queue")
-            if metrics is not None:
-                metrics.delivery(Delivery.DELIVERED, target=target_label(message.route))
-            return
         if decision.action is Action.RETRY:
             await message.nak(decision.delay)
             bound.info(
@@ -162,6 +161,20 @@ class DeliveryWorkers:
             refused = outcome.verdict is Verdict.REJECTED
             metrics.dead_letter(DeadLetter.REFUSED if refused else DeadLetter.FAILED)
             metrics.delivery(Delivery.REFUSED if refused else Delivery.FAILED, target=target_label(message.route))
+
+    async def _delivered(self, message: QueuedMessage, outcome: Outcome) -> None:
+        await message.ack()
+        if not info_dropped():
+            log.info(
+                "message_relayed",
+                delivery_id=message.delivery_id,
+                attempt=message.number,
+                outcome="delivered",
+                status=outcome.status,
+                mode="queue",
+            )
+        if self.metrics is not None:
+            self.metrics.delivery(Delivery.DELIVERED, target=target_label(message.route))
 
     async def stop(self, grace: float) -> None:
         if self._loop is not None:

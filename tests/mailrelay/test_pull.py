@@ -15,6 +15,7 @@ from nats.aio.msg import Msg
 from mailrelay._errors import QueueUnavailable
 from mailrelay._pull import Replies
 from mailrelay._queue import ACK_BATCH_SECS, CONSUMER, JetStreamQueue
+from tests.mailrelay.waiting import eventually
 from tests.nats_server import NatsServer
 
 
@@ -109,6 +110,33 @@ async def test_a_request_without_a_reply_times_out(observer: Client) -> None:
     await replies.start()
     with pytest.raises(TimeoutError):
         await replies.request(silent, b"{}", headers={}, wait=0.2)
+
+
+async def test_a_take_outlasts_the_timer_an_earlier_take_left(queue: JetStreamQueue) -> None:
+    await queue.enqueue(b"{}", delivery_id="first")
+    (first,) = await queue.fetch(1, wait=0.3)  # came at once: the timer set for its 0.3 s is still set
+    await first.ack()
+    later = asyncio.ensure_future(queue.fetch(1, wait=10))
+    await asyncio.sleep(0.5)  # the earlier take's timer fires meanwhile
+    await queue.enqueue(b"{}", delivery_id="second")
+    (second,) = await later
+    assert second.delivery_id == "second"
+
+
+async def test_a_short_request_times_out_while_a_longer_one_still_gets_its_reply(observer: Client) -> None:
+    late = f"late.{uuid.uuid4().hex}"
+    held: list[Msg] = []
+    await observer.subscribe(f"{late}.*", cb=_append_to(held))  # answers only when the test says so
+    replies = Replies(observer)
+    await replies.start()
+    longer = asyncio.ensure_future(replies.request(f"{late}.long", b"{}", headers={}, wait=10))
+    await eventually(lambda: len(held) == 1, what="the longer request held")
+    with pytest.raises(TimeoutError):
+        await replies.request(f"{late}.short", b"{}", headers={}, wait=0.2)  # its time is up before the longer one's
+    first = held[0]
+    assert first.subject == f"{late}.long" and first.reply is not None
+    await observer.publish(first.reply, b"answer")
+    assert (await longer).data == b"answer"
 
 
 def _pull_requests(queue: JetStreamQueue) -> int:

@@ -7,9 +7,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import nats
 import pytest
+from nats.aio.msg import Msg
 
 from mailrelay._errors import QueueUnavailable
-from mailrelay._queue import CONSUMER, JetStreamQueue, dead_letter_subject, messages_subject
+from mailrelay._queue import (
+    CONSUMER,
+    JetStreamQueue,
+    _delivery_number,
+    dead_letter_subject,
+    messages_subject,
+)
 from tests.nats_server import NatsServer
 
 OpenQueue = Callable[..., Awaitable[JetStreamQueue]]
@@ -62,6 +69,42 @@ async def test_an_enqueued_payload_is_fetched_with_its_delivery_id_and_leaves_on
     assert (message.body, message.delivery_id, message.number) == (b'{"subject":"hi"}', "abc123", 1)
     await message.ack()
     assert await queue.fetch(5, wait=0.3) == []
+
+
+async def test_a_message_without_the_relay_headers_takes_its_id_and_time_from_the_stream(
+    open_queue: OpenQueue, nats_server: NatsServer
+) -> None:
+    queue = await open_queue()
+    nc = await nats.connect(nats_server.url)
+    try:
+        stored = await nc.jetstream().publish(messages_subject(queue.stream), b"{}")
+    finally:
+        await nc.close()
+    (message,) = await queue.fetch(1, wait=2)
+    metadata = message._msg.metadata
+    assert (message.delivery_id, message.number, message.accepted_at) == (
+        f"seq-{stored.seq}",
+        1,
+        metadata.timestamp.timestamp(),
+    )
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param("$JS.ACK.MR.mailrelay.3.120.45.1764130000000000000.7", id="without-domain"),
+        pytest.param("$JS.ACK._.acchash.MR.mailrelay.4.120.45.1764130000000000000.7.token", id="with-domain"),
+        pytest.param("$JS.ACK.hub.acchash.MR.mailrelay.5.120.45.1764130000000000000.7", id="eleven-tokens"),
+    ],
+)
+def test_the_delivery_number_read_from_the_ack_subject_is_the_metadata_one(reply: str) -> None:
+    msg = Msg(_client=None, subject="MR.messages", reply=reply, data=b"{}", headers=None)  # type: ignore[arg-type]
+    assert _delivery_number(reply) == msg.metadata.num_delivered
+
+
+@pytest.mark.parametrize("reply", ["", "MR.messages", "$JS.ACK.MR.mailrelay.x.1.1.1.0", "$JS.API.MR.c.1.1.1.1.0"])
+def test_a_subject_that_is_no_ack_subject_has_no_delivery_number(reply: str) -> None:
+    assert _delivery_number(reply) is None
 
 
 async def test_a_nakked_message_comes_back_as_the_next_delivery(open_queue: OpenQueue) -> None:
