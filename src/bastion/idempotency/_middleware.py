@@ -38,9 +38,11 @@ from bastion.errors import (
     IdempotencyUnavailable,
 )
 from bastion.idempotency._keys import (
+    RUNNING,
     IdempotentRoutes,
     Stored,
     fingerprint,
+    local_key,
     parse_key,
     read_record,
     record_key,
@@ -80,6 +82,8 @@ class IdempotencyMiddleware:
         self.store = store
         self.local = store if isinstance(store, MemoryCacheStore) else None
         """The in-process store (no I/O): claimed, stored and released by plain calls, not awaited coroutines."""
+        self.name = record_key if self.local is None else local_key
+        """A record's name: hashed in a shared store (the same on every instance), unhashed when it fits in memory."""
         self.metrics = metrics
         self.required, self.max_key_length = settings.required, settings.max_key_length
         self.in_flight, self.ttl = settings.in_flight_secs, settings.ttl_secs
@@ -100,13 +104,18 @@ class IdempotencyMiddleware:
                 raise IdempotencyKeyMissing()
             await self.app(scope, receive, send)
             return
-        key = record_key(caller, parse_key(raw, max_length=self.max_key_length))
-        body = await _read_body(receive)
+        key = self.name(caller, parse_key(raw, max_length=self.max_key_length))
+        message = await receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body: bytes = message.get("body", b"")  # the usual request: one message, handed on as it came
+        else:
+            body = await _read_rest(message, receive)
+            message = {"type": "http.request", "body": body, "more_body": False}
         print_ = fingerprint(scope["method"], scope["path"], scope.get("query_string", b""), body)
-        replay_body = _replaying(body, receive)
+        replay_body = _replaying(message, receive)
         local = self.local
         try:
-            if local is not None and local.claim_now(key, running_record(print_), ttl_secs=self.in_flight) is None:
+            if local is not None and local.claim_now(key, RUNNING + print_, ttl_secs=self.in_flight) is None:
                 stored = None  # the usual case, in a plain call; a key already held is read by _claim (same answer)
             else:
                 stored = await self._claim(key, print_)
@@ -158,7 +167,7 @@ class IdempotencyMiddleware:
                 if message.get("more_body", False) or len(body) > cap:
                     head = None  # streaming or over the cap: not stored
                 elif local is not None:
-                    local.set_now(key, record_of(print_, head, body), ttl_secs=self.ttl)
+                    local.replace_now(key, record_of(print_, head, body), ttl_secs=self.ttl)
                     self.metrics.idempotency("stored")
                     stored, head = True, None
                 else:
@@ -212,14 +221,11 @@ def _caller(scope: Scope) -> str | None:
     return f"client:{client_id}" if client_id else None
 
 
-async def _read_body(receive: Receive) -> bytes:
-    message = await receive()
+async def _read_rest(message: Message, receive: Receive) -> bytes:
+    """The whole body of a request whose first ``receive`` gave ``message`` and more was to come (or none)."""
     if message["type"] != "http.request":
         return b""
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body", False):
-        return body  # the usual request: one message
-    chunks = [body]
+    chunks = [message.get("body", b"")]
     while True:
         message = await receive()
         if message["type"] != "http.request":
@@ -230,8 +236,8 @@ async def _read_body(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands the body read here to the handler, then waits on the client as usual."""
+def _replaying(first: Message, receive: Receive) -> Receive:
+    """A ``receive`` that hands the handler ``first`` (the whole body, read here), then waits on the client as usual."""
     given = False
 
     async def again() -> Message:
@@ -239,7 +245,7 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
         if given:
             return await receive()
         given = True
-        return {"type": "http.request", "body": body, "more_body": False}
+        return first
 
     return again
 

@@ -7,7 +7,16 @@ import pytest
 from bastion import ConfigError
 from bastion.errors import IdempotencyKeyInvalid
 from bastion.idempotency import IdempotentRoutes
-from bastion.idempotency._keys import done_record, fingerprint, parse_key, read_record, record_key, running_record
+from bastion.idempotency._keys import (
+    LOCAL_KEY_MAX_LENGTH,
+    done_record,
+    fingerprint,
+    local_key,
+    parse_key,
+    read_record,
+    record_key,
+    running_record,
+)
 
 
 @pytest.mark.parametrize(
@@ -106,3 +115,11 @@ class TestRoutes:
     def test_a_bad_pattern_is_a_config_error(self) -> None:
         with pytest.raises(ConfigError, match="'POST api/x'"):
             IdempotentRoutes(["POST api/x"])
+
+
+def test_in_memory_a_short_name_is_caller_and_key_themselves_and_a_long_one_the_hash() -> None:
+    assert local_key("user:alice", "k1") == "10:user:alice:k1"
+    assert local_key("user:a:b", "c") != local_key("user:a", "b:c")
+    long_key = "k" * 80
+    assert local_key("user:alice", long_key) == record_key("user:alice", long_key)
+    assert len(local_key("user:alice", "k" * 62)) == LOCAL_KEY_MAX_LENGTH  # the longest kept as it is
