@@ -42,6 +42,7 @@ from bastion.idempotency._keys import (
     IdempotentRoutes,
     Stored,
     fingerprint,
+    local_fingerprint,
     local_key,
     parse_key,
     read_record,
@@ -82,8 +83,10 @@ class IdempotencyMiddleware:
         self.store = store
         self.local = store if isinstance(store, MemoryCacheStore) else None
         """The in-process store (no I/O): claimed, stored and released by plain calls, not awaited coroutines."""
-        self.name = record_key if self.local is None else local_key
-        """A record's name: hashed in a shared store (the same on every instance), unhashed when it fits in memory."""
+        shared = self.local is None
+        self.name, self.fingerprint = (record_key, fingerprint) if shared else (local_key, local_fingerprint)
+        """A record's name and a request's fingerprint: SHA-256 in a shared store (the same on every instance); in
+        memory the name unhashed when it fits, the fingerprint BLAKE2b (this process's own)."""
         self.metrics = metrics
         self.required, self.max_key_length = settings.required, settings.max_key_length
         self.in_flight, self.ttl = settings.in_flight_secs, settings.ttl_secs
@@ -111,7 +114,7 @@ class IdempotencyMiddleware:
         else:
             body = await _read_rest(message, receive)
             message = {"type": "http.request", "body": body, "more_body": False}
-        print_ = fingerprint(scope["method"], scope["path"], scope.get("query_string", b""), body)
+        print_ = self.fingerprint(scope["method"], scope["path"], scope.get("query_string", b""), body)
         replay_body = _replaying(message, receive)
         local = self.local
         try:
