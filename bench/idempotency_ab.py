@@ -3,10 +3,10 @@
 One ``bastion run`` per variant, all started at once; wrk loads each in turn (``--rounds`` x ``--duration`` s at
 32 connections, a new ``Idempotency-Key`` per request for every variant) and the server's utime+stime over the
 requests it served is its CPU per request, which still compares rows on a machine whose other work starves them
-(the rates do not). ``--base SRC`` adds the idempotency row served from another checkout's ``src``
-(``PYTHONPATH``), for before/after; ``--capped`` adds one with a 200 kB store
-(``SERVICE_IDEMPOTENCY_MEMORY_MAX_BYTES``). Run: ``python -m bench.idempotency_ab [--base /path/to/main/src]``
-(issue 32; bench/README.md).
+(the rates do not); each round's difference to ``POST`` (loaded just before) drifts less than the medians.
+``--base SRC`` adds the idempotency row served from another checkout's ``src`` (``PYTHONPATH``), for before/after;
+``--capped`` adds one with a 200 kB store (``SERVICE_IDEMPOTENCY_MEMORY_MAX_BYTES``).
+Run: ``python -m bench.idempotency_ab [--base /path/to/main/src]`` (issue 32; bench/README.md).
 """
 
 from __future__ import annotations
@@ -63,12 +63,13 @@ def main(argv: list[str] | None = None) -> None:
                 served = max(1.0, sample.rate * args.duration)
                 server_us[name].append((after - before) / served * 1e6)
     plain = statistics.median(server_us["POST"])
-    print("| server | server CPU/request (median) | min | rounds |")
-    print("|---|---:|---:|---|")
+    print("| server | server CPU/request (median) | min | over POST, median of the rounds' | rounds |")
+    print("|---|---:|---:|---:|---|")
     for name, costs in server_us.items():
         cost = statistics.median(costs)
+        paired = statistics.median(c - p for c, p in zip(costs, server_us["POST"], strict=True))
         rounds = " ".join(f"{c:.0f}" for c in costs)
-        print(f"| {name} | {cost:.0f} us (+{cost - plain:.0f}, {plain / cost:.2f}x) | {min(costs):.0f} us | {rounds} |")
+        print(f"| {name} | {cost:.0f} us ({plain / cost:.2f}x) | {min(costs):.0f} us | {paired:+.0f} us | {rounds} |")
 
 
 def _load(target: sc.Target, duration: float) -> loadgen.Sample:

@@ -90,6 +90,7 @@ class IdempotencyMiddleware:
         self.metrics = metrics
         self.required, self.max_key_length = settings.required, settings.max_key_length
         self.in_flight, self.ttl = settings.in_flight_secs, settings.ttl_secs
+        self.max_response_bytes = settings.max_response_bytes
         self._releasing: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -154,7 +155,7 @@ class IdempotencyMiddleware:
 
     async def _first(self, key: str, print_: bytes, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the handler; store its response if it qualifies, else release the key."""
-        cap, local = self.settings.max_response_bytes, self.local
+        cap, local = self.max_response_bytes, self.local
         stored = False
         head: bytes | None = None
         """The response's status and headers while it may still be stored."""
