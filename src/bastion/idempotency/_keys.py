@@ -55,13 +55,13 @@ def record_key(caller: str, key: str) -> str:
 
 
 def local_key(caller: str, key: str) -> str:
-    """The in-process store's name for ``caller``'s ``key``: ``<len(caller)>:<caller>:<key>`` itself when it is no
-    longer than a hashed name (:data:`LOCAL_KEY_MAX_LENGTH`: a UUID key of a caller with a short ``sub``), else
+    """The in-process store's name for ``caller``'s ``key``: ``<len(caller)>:<caller>:<key>`` itself when it is ASCII
+    and no longer than a hashed name (:data:`LOCAL_KEY_MAX_LENGTH`: a UUID key of a caller with a short ``sub``), else
     :func:`record_key`. The length prefix keeps it unambiguous and it starts with a digit, so it never equals a
     hashed name; held in this process only, it needs no hash (one SHA-256 fewer per request), and no name is longer
     than a hashed one, so the store's keys take no more memory than before."""
     name = f"{len(caller)}:{caller}:{key}"
-    if len(name) <= LOCAL_KEY_MAX_LENGTH:
+    if len(name) <= LOCAL_KEY_MAX_LENGTH and name.isascii():
         return name
     return KEY_PREFIX + hashlib.sha256(name.encode()).hexdigest()
 

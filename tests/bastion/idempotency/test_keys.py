@@ -129,6 +129,7 @@ def test_in_memory_a_short_name_is_caller_and_key_themselves_and_a_long_one_the_
     long_key = "k" * 80
     assert local_key("user:alice", long_key) == record_key("user:alice", long_key)
     assert len(local_key("user:alice", "k" * 62)) == LOCAL_KEY_MAX_LENGTH  # the longest kept as it is
+    assert local_key("user:jürgen", "k1") == record_key("user:jürgen", "k1")  # no name takes more memory than a hash
 
 
 @pytest.mark.parametrize("of", [fingerprint, local_fingerprint])
