@@ -102,7 +102,9 @@ class IdempotencyMiddleware:
             if name == HEADER:
                 raw = value
                 break
-        caller = _caller(scope)
+        claims = scope.get(SCOPE_CLAIMS)
+        sub = getattr(claims, "sub", None)  # None without claims too
+        caller = f"user:{sub}" if sub else _client(claims)
         if raw is None or caller is None:
             if raw is None and self.required:
                 raise IdempotencyKeyMissing()
@@ -214,13 +216,8 @@ class IdempotencyMiddleware:
         task.add_done_callback(self._releasing.discard)
 
 
-def _caller(scope: Scope) -> str | None:
-    claims = scope.get(SCOPE_CLAIMS)
-    if claims is None:
-        return None
-    sub = getattr(claims, "sub", None)
-    if sub:
-        return f"user:{sub}"
+def _client(claims: object) -> str | None:
+    """The caller of a token without ``sub`` (the usual caller, ``user:<sub>``, is named inline): ``client:<id>``."""
     client_id = getattr(claims, "client_id", None)
     return f"client:{client_id}" if client_id else None
 
