@@ -99,3 +99,14 @@ async def test_claim_sets_only_an_absent_key_and_returns_what_is_there() -> None
     assert await store.claim("k", b"second", ttl_secs=60) == b"first"
     await store.delete("k")
     assert await store.claim("k", b"third", ttl_secs=60) is None
+
+
+async def test_a_value_replaced_in_place_keeps_its_place_and_its_bytes_count() -> None:
+    store = MemoryCacheStore(max_bytes=10)
+    store.claim_now("a", b"12", ttl_secs=60)
+    store.claim_now("b", b"12", ttl_secs=60)
+    store.replace_now("a", b"123456", ttl_secs=60)  # 8 bytes held: a stays the oldest
+    store.replace_now("c", b"12", ttl_secs=60)  # absent: set as usual, 10 bytes
+    assert [await store.get(key) for key in ("a", "b", "c")] == [b"123456", b"12", b"12"]
+    store.replace_now("b", b"1234", ttl_secs=60)  # 12 bytes: past the cap, the oldest (a) goes
+    assert [await store.get(key) for key in ("a", "b", "c")] == [None, b"1234", b"12"]

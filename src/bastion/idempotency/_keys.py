@@ -6,8 +6,10 @@ printable ASCII characters (0x20-0x7E), else IdempotencyKeyInvalid (400).
 
 A record lives in the cache store under ``idempotency:<sha256 of caller and key>``: the caller (``user:<sub>`` or
 ``client:<client_id>``) is part of the hash, so one caller's key never finds another caller's response, whatever
-the clocks of the instances say. The record is ``R<fingerprint>`` while the first request runs and
-``D<fingerprint><status and headers as in an HTTP head>\\r\\n\\r\\n<body>`` once its response is stored.
+the clocks of the instances say. Without ``cache_store.url`` the step's own in-process store names it
+:func:`local_key` (caller and key themselves when no longer than the hashed name) and fingerprints requests with
+:func:`local_fingerprint`. The record is ``R<fingerprint>`` while the first request runs and ``D<fingerprint><status
+and headers as in an HTTP head>\\r\\n\\r\\n<body>`` once its response is stored.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ KEY_PREFIX = "idempotency:"
 RUNNING = b"R"
 DONE = b"D"
 FINGERPRINT_LENGTH = 64
+LOCAL_KEY_MAX_LENGTH = len(KEY_PREFIX) + 64  # a hashed name's length: local_key's names are never longer
 MATCH_CACHE_SIZE = 4096
 _PRINTABLE = re.compile(rb"[\x20-\x7e]+")
+_HEADER_JOIN = b": ".join  # (name, value) -> one line of a record's head
 
 
 def parse_key(raw: bytes, *, max_length: int) -> str:
@@ -50,11 +54,34 @@ def record_key(caller: str, key: str) -> str:
     return KEY_PREFIX + digest
 
 
+def local_key(caller: str, key: str) -> str:
+    """The in-process store's name for ``caller``'s ``key``: ``<len(caller)>:<caller>:<key>`` itself when it is ASCII
+    and no longer than a hashed name (:data:`LOCAL_KEY_MAX_LENGTH`: a UUID key of a caller with a short ``sub``), else
+    :func:`record_key`. The length prefix keeps it unambiguous and it starts with a digit, so it never equals a
+    hashed name; held in this process only, it needs no hash (one SHA-256 fewer per request), and no name is longer
+    than a hashed one, so the store's keys take no more memory than before."""
+    name = f"{len(caller)}:{caller}:{key}"
+    if len(name) <= LOCAL_KEY_MAX_LENGTH and name.isascii():
+        return name
+    return KEY_PREFIX + hashlib.sha256(name.encode()).hexdigest()
+
+
 def fingerprint(method: str, path: str, query: bytes, body: bytes) -> bytes:
     """The request's fingerprint: SHA-256 (hex) of its method, canonical path, query string and body, joined by
     newlines (none of the first three can hold one: the path normalization refuses control characters). The body
     is hashed where it lies, not copied."""
     digest = hashlib.sha256(b"%s\n%s\n%s\n" % (method.encode(), path.encode("utf-8", "surrogateescape"), query))
+    digest.update(body)
+    return digest.hexdigest().encode()
+
+
+def local_fingerprint(method: str, path: str, query: bytes, body: bytes) -> bytes:
+    """:func:`fingerprint` for the in-process store: BLAKE2b-256 (hex, as long) of the same bytes. Its records never
+    leave this process, so they need not agree with other instances; Python's own BLAKE2 costs about half of
+    OpenSSL's SHA-256 inside a request (bench/README.md, issue 32)."""
+    digest = hashlib.blake2b(
+        b"%s\n%s\n%s\n" % (method.encode(), path.encode("utf-8", "surrogateescape"), query), digest_size=32
+    )
     digest.update(body)
     return digest.hexdigest().encode()
 
@@ -84,7 +111,7 @@ def done_record(print_: bytes, status: int, headers: Iterable[tuple[bytes, bytes
 
 def response_head(status: int, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     """The part of a done record between the fingerprint and the body: status and headers, blank line included."""
-    return b"%d\r\n%s\r\n" % (status, b"".join([b"%s: %s\r\n" % (name, value) for name, value in headers]))
+    return b"\r\n".join([b"%d" % status, *map(_HEADER_JOIN, headers), b"", b""])
 
 
 def record_of(print_: bytes, head: bytes, body: bytes) -> bytes:

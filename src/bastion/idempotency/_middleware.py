@@ -38,9 +38,12 @@ from bastion.errors import (
     IdempotencyUnavailable,
 )
 from bastion.idempotency._keys import (
+    RUNNING,
     IdempotentRoutes,
     Stored,
     fingerprint,
+    local_fingerprint,
+    local_key,
     parse_key,
     read_record,
     record_key,
@@ -80,9 +83,14 @@ class IdempotencyMiddleware:
         self.store = store
         self.local = store if isinstance(store, MemoryCacheStore) else None
         """The in-process store (no I/O): claimed, stored and released by plain calls, not awaited coroutines."""
+        shared = self.local is None
+        self.name, self.fingerprint = (record_key, fingerprint) if shared else (local_key, local_fingerprint)
+        """A record's name and a request's fingerprint: SHA-256 in a shared store (the same on every instance); in
+        memory the name unhashed when it fits, the fingerprint BLAKE2b (this process's own)."""
         self.metrics = metrics
         self.required, self.max_key_length = settings.required, settings.max_key_length
         self.in_flight, self.ttl = settings.in_flight_secs, settings.ttl_secs
+        self.max_response_bytes = settings.max_response_bytes
         self._releasing: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -94,19 +102,26 @@ class IdempotencyMiddleware:
             if name == HEADER:
                 raw = value
                 break
-        caller = _caller(scope)
+        claims = scope.get(SCOPE_CLAIMS)
+        sub = getattr(claims, "sub", None)  # None without claims too
+        caller = f"user:{sub}" if sub else _client(claims)
         if raw is None or caller is None:
             if raw is None and self.required:
                 raise IdempotencyKeyMissing()
             await self.app(scope, receive, send)
             return
-        key = record_key(caller, parse_key(raw, max_length=self.max_key_length))
-        body = await _read_body(receive)
-        print_ = fingerprint(scope["method"], scope["path"], scope.get("query_string", b""), body)
-        replay_body = _replaying(body, receive)
+        key = self.name(caller, parse_key(raw, max_length=self.max_key_length))
+        message = await receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body: bytes = message.get("body", b"")  # the usual request: one message, handed on as it came
+        else:
+            body = await _read_rest(message, receive)
+            message = {"type": "http.request", "body": body, "more_body": False}
+        print_ = self.fingerprint(scope["method"], scope["path"], scope.get("query_string", b""), body)
+        replay_body = _replaying(message, receive)
         local = self.local
         try:
-            if local is not None and local.claim_now(key, running_record(print_), ttl_secs=self.in_flight) is None:
+            if local is not None and local.claim_now(key, RUNNING + print_, ttl_secs=self.in_flight) is None:
                 stored = None  # the usual case, in a plain call; a key already held is read by _claim (same answer)
             else:
                 stored = await self._claim(key, print_)
@@ -142,7 +157,7 @@ class IdempotencyMiddleware:
 
     async def _first(self, key: str, print_: bytes, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the handler; store its response if it qualifies, else release the key."""
-        cap, local = self.settings.max_response_bytes, self.local
+        cap, local = self.max_response_bytes, self.local
         stored = False
         head: bytes | None = None
         """The response's status and headers while it may still be stored."""
@@ -158,7 +173,7 @@ class IdempotencyMiddleware:
                 if message.get("more_body", False) or len(body) > cap:
                     head = None  # streaming or over the cap: not stored
                 elif local is not None:
-                    local.set_now(key, record_of(print_, head, body), ttl_secs=self.ttl)
+                    local.replace_now(key, record_of(print_, head, body), ttl_secs=self.ttl)
                     self.metrics.idempotency("stored")
                     stored, head = True, None
                 else:
@@ -201,25 +216,17 @@ class IdempotencyMiddleware:
         task.add_done_callback(self._releasing.discard)
 
 
-def _caller(scope: Scope) -> str | None:
-    claims = scope.get(SCOPE_CLAIMS)
-    if claims is None:
-        return None
-    sub = getattr(claims, "sub", None)
-    if sub:
-        return f"user:{sub}"
+def _client(claims: object) -> str | None:
+    """The caller of a token without ``sub`` (the usual caller, ``user:<sub>``, is named inline): ``client:<id>``."""
     client_id = getattr(claims, "client_id", None)
     return f"client:{client_id}" if client_id else None
 
 
-async def _read_body(receive: Receive) -> bytes:
-    message = await receive()
+async def _read_rest(message: Message, receive: Receive) -> bytes:
+    """The whole body of a request whose first ``receive`` gave ``message`` and more was to come (or none)."""
     if message["type"] != "http.request":
         return b""
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body", False):
-        return body  # the usual request: one message
-    chunks = [body]
+    chunks = [message.get("body", b"")]
     while True:
         message = await receive()
         if message["type"] != "http.request":
@@ -230,8 +237,8 @@ async def _read_body(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands the body read here to the handler, then waits on the client as usual."""
+def _replaying(first: Message, receive: Receive) -> Receive:
+    """A ``receive`` that hands the handler ``first`` (the whole body, read here), then waits on the client as usual."""
     given = False
 
     async def again() -> Message:
@@ -239,7 +246,7 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
         if given:
             return await receive()
         given = True
-        return {"type": "http.request", "body": body, "more_body": False}
+        return first
 
     return again
 

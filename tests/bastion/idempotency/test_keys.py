@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from bastion import ConfigError
 from bastion.errors import IdempotencyKeyInvalid
 from bastion.idempotency import IdempotentRoutes
-from bastion.idempotency._keys import done_record, fingerprint, parse_key, read_record, record_key, running_record
+from bastion.idempotency._keys import (
+    FINGERPRINT_LENGTH,
+    LOCAL_KEY_MAX_LENGTH,
+    done_record,
+    fingerprint,
+    local_fingerprint,
+    local_key,
+    parse_key,
+    read_record,
+    record_key,
+    running_record,
+)
+
+Fingerprint = Callable[[str, str, bytes, bytes], bytes]
 
 
 @pytest.mark.parametrize(
@@ -106,3 +121,26 @@ class TestRoutes:
     def test_a_bad_pattern_is_a_config_error(self) -> None:
         with pytest.raises(ConfigError, match="'POST api/x'"):
             IdempotentRoutes(["POST api/x"])
+
+
+def test_in_memory_a_short_name_is_caller_and_key_themselves_and_a_long_one_the_hash() -> None:
+    assert local_key("user:alice", "k1") == "10:user:alice:k1"
+    assert local_key("user:a:b", "c") != local_key("user:a", "b:c")
+    long_key = "k" * 80
+    assert local_key("user:alice", long_key) == record_key("user:alice", long_key)
+    assert len(local_key("user:alice", "k" * 62)) == LOCAL_KEY_MAX_LENGTH  # the longest kept as it is
+    assert local_key("user:jürgen", "k1") == record_key("user:jürgen", "k1")  # no name takes more memory than a hash
+
+
+@pytest.mark.parametrize("of", [fingerprint, local_fingerprint])
+def test_both_fingerprints_cover_method_path_query_and_body_in_64_hex_digits(of: Fingerprint) -> None:
+    base = of("POST", "/api/v1/documents", b"", b'{"title":"a"}')
+    assert len(base) == FINGERPRINT_LENGTH and int(base, 16) >= 0
+    assert of("POST", "/api/v1/documents", b"", b'{"title":"a"}') == base
+    others = [
+        of("PUT", "/api/v1/documents", b"", b'{"title":"a"}'),
+        of("POST", "/api/v1/notes", b"", b'{"title":"a"}'),
+        of("POST", "/api/v1/documents", b"draft=1", b'{"title":"a"}'),
+        of("POST", "/api/v1/documents", b"", b'{"title":"b"}'),
+    ]
+    assert base not in others and len(set(others)) == 4

@@ -1,0 +1,88 @@
+"""Server CPU per request: ``bastion-secured POST`` against ``bastion-secured POST idempotency``, interleaved.
+
+One ``bastion run`` per variant, all started at once; wrk loads each in turn (``--rounds`` x ``--duration`` s at
+32 connections, a new ``Idempotency-Key`` per request for every variant) and the server's utime+stime over the
+requests it served is its CPU per request, which still compares rows on a machine whose other work starves them
+(the rates do not); each round's difference to ``POST`` (loaded just before) drifts less than the medians.
+``--base SRC`` adds the idempotency row served from another checkout's ``src`` (``PYTHONPATH``), for before/after;
+``--capped`` adds one with a 200 kB store (``SERVICE_IDEMPOTENCY_MEMORY_MAX_BYTES``).
+Run: ``python -m bench.idempotency_ab [--base /path/to/main/src]`` (issue 32; bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import tempfile
+from pathlib import Path
+
+from bench import loadgen
+from bench import scenarios as sc
+from bench.processes import cpu_seconds
+
+SMALL_STORE = {"SERVICE_IDEMPOTENCY_MEMORY_MAX_BYTES": "200000"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--base", help="another checkout's src directory: its idempotency row as a variant")
+    parser.add_argument("--capped", action="store_true", help="add the idempotency row with a 200 kB store")
+    args = parser.parse_args(argv)
+    on = {**sc.SECURED, **sc.LIMITS_CONFIG_ENV}
+    variants = {"POST": {**on, "SERVICE_IDEMPOTENCY_ROUTES": ""}}
+    if args.base:
+        variants["POST idempotency (base)"] = {**on, "PYTHONPATH": args.base}
+    variants["POST idempotency"] = on
+    if args.capped:
+        variants["POST idempotency, 200 kB store"] = {**on, **SMALL_STORE}
+    server_us: dict[str, list[float]] = {name: [] for name in variants}
+    ws = sc.Workspace.create(Path(tempfile.mkdtemp(prefix="bench-idempotency-ab-")))
+    with contextlib.ExitStack() as stack:
+        targets = {
+            name: stack.enter_context(
+                sc._bastion(
+                    ws,
+                    env,
+                    secured=True,
+                    config=sc.limits_config(ws),
+                    post=sc.Post(idempotent="SERVICE_IDEMPOTENCY_ROUTES" not in env),
+                )
+            )
+            for name, env in variants.items()
+        }
+        for target in targets.values():  # warm-up
+            _load(target, 1)
+        for _ in range(args.rounds):
+            for name, target in targets.items():
+                before = cpu_seconds(target.measured[0]) or 0.0
+                sample = _load(target, args.duration)
+                after = cpu_seconds(target.measured[0]) or 0.0
+                served = max(1.0, sample.rate * args.duration)
+                server_us[name].append((after - before) / served * 1e6)
+    plain = statistics.median(server_us["POST"])
+    print("| server | server CPU/request (median) | min | over POST, median of the rounds' | rounds |")
+    print("|---|---:|---:|---:|---|")
+    for name, costs in server_us.items():
+        cost = statistics.median(costs)
+        paired = statistics.median(c - p for c, p in zip(costs, server_us["POST"], strict=True))
+        rounds = " ".join(f"{c:.0f}" for c in costs)
+        print(f"| {name} | {cost:.0f} us ({plain / cost:.2f}x) | {min(costs):.0f} us | {paired:+.0f} us | {rounds} |")
+
+
+def _load(target: sc.Target, duration: float) -> loadgen.Sample:
+    return loadgen.http_load(
+        target.url,
+        duration=duration,
+        connections=32,
+        headers=target.headers,
+        method=target.method,
+        body=target.body,
+        fresh_header=target.fresh_header,
+    )
+
+
+if __name__ == "__main__":
+    main()
