@@ -46,6 +46,7 @@ class MailAuth:
 
 V1_TAIL_FIELDS = ("headers", "attachments", "dmarc_result", "authenticated_from")
 """v1's fields after the bodies, in v2 after the stripped reply."""
+_ID_FIELDS = (("message_id", "message-id"), ("in_reply_to", "in-reply-to"))  # field, header
 RAW_FIELDS = ("raw_base64", "raw_url", "raw_presigned_url")
 """The original message's fields (``mailrelay._raw``), when ``MAIL_RELAY_RAW`` is on."""
 
@@ -64,7 +65,7 @@ def payload_v2(
     if v1.sender_name is not None:
         out["sender_name"] = v1.sender_name
     out["recipient"] = recipient
-    out["recipients"] = [scrub(r) for r in transaction.recipients] or [recipient]
+    out["recipients"] = list(map(scrub, transaction.recipients)) or [recipient]
     tag = plus_tag(recipient)
     if tag is not None:
         out["recipient_tag"] = tag
@@ -109,13 +110,19 @@ def payload_v2(
 
 
 def _threading(out: dict[str, Any], threading: dict[str, str]) -> None:
-    """`message_id`, `in_reply_to`, `references` and `date` from the message's first such headers."""
-    _put(out, "message_id", message_id(threading.get("message-id")))
-    _put(out, "in_reply_to", message_id(threading.get("in-reply-to")))
+    """`message_id`, `in_reply_to`, `references` and `date` from the message's first such headers (a missing
+    header costs a look-up)."""
+    for key, name in _ID_FIELDS:
+        value = threading.get(name)
+        identifier = message_id(value) if value is not None else None
+        if identifier is not None:
+            out[key] = identifier
     references = threading.get("references")
     if references is not None:
         _put(out, "references", message_ids(references) or None)
-    _put(out, "date", rfc3339_date(threading.get("date")))
+    date = threading.get("date")
+    if date is not None:
+        _put(out, "date", rfc3339_date(date))
 
 
 def encode(payload: dict[str, Any]) -> bytes:
