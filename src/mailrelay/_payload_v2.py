@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mailrelay._headers import (
-    addresses,
+    address_dicts,
     message_id,
     message_ids,
     plus_tag,
@@ -46,6 +46,7 @@ class MailAuth:
 
 V1_TAIL_FIELDS = ("headers", "attachments", "dmarc_result", "authenticated_from")
 """v1's fields after the bodies, in v2 after the stripped reply."""
+_ID_FIELDS = (("message_id", "message-id"), ("in_reply_to", "in-reply-to"))  # field, header
 RAW_FIELDS = ("raw_base64", "raw_url", "raw_presigned_url")
 """The original message's fields (``mailrelay._raw``), when ``MAIL_RELAY_RAW`` is on."""
 
@@ -55,28 +56,27 @@ def payload_v2(
 ) -> dict[str, Any]:
     """The v2 JSON object: `v1`'s fields (values unchanged) with the v2 fields among them, None fields left out.
 
-    Each field is set where it goes in the order (the JSON's order); a field whose header is missing costs a
-    dictionary look-up."""
-    base = v1.to_dict()
+    Each field is set where it goes in the order (the JSON's order), read from `v1`'s attributes as its `to_dict`
+    reads them; a field whose header is missing costs a dictionary look-up."""
     out: dict[str, Any] = {"payload_version": PAYLOAD_VERSION}
     _threading(out, dict(message.threading_headers))
-    recipient = base["recipient"]
-    out["sender"] = base["sender"]
+    recipient = v1.recipient
+    out["sender"] = v1.sender
     if v1.sender_name is not None:
         out["sender_name"] = v1.sender_name
     out["recipient"] = recipient
-    out["recipients"] = [scrub(r) for r in transaction.recipients] or [recipient]
+    out["recipients"] = list(map(scrub, transaction.recipients)) or [recipient]
     tag = plus_tag(recipient)
     if tag is not None:
         out["recipient_tag"] = tag
     address_headers = dict(message.address_headers)  # one value per key already
     for key in ("to", "cc", "reply_to"):
         raw = address_headers.get(key)
-        found = addresses(raw) if raw is not None else None
+        found = address_dicts(raw) if raw is not None else None
         if found:
-            out[key] = [a.to_dict() for a in found]
-    out["subject"] = base["subject"]
-    out["body"] = base["body"]
+            out[key] = found
+    out["subject"] = v1.subject
+    out["body"] = v1.body
     text_body = message.text_body
     if text_body is not None:
         out["text_body"] = text_body
@@ -86,30 +86,43 @@ def payload_v2(
     out["stripped_text"] = stripped.text
     if stripped.signature is not None:
         out["stripped_signature"] = stripped.signature
-    for key in V1_TAIL_FIELDS:  # to_dict leaves the None ones out
-        if key in base:
-            out[key] = base[key]
+    if v1.headers or v1.attachments or v1.raw is not None:  # to_dict's fields after the bodies, as it writes them
+        tail = v1.to_dict()
+        out.update((key, tail[key]) for key in V1_TAIL_FIELDS if key in tail)
+    else:
+        if v1.dmarc_result is not None:
+            out["dmarc_result"] = v1.dmarc_result
+        if v1.authenticated_from is not None:
+            out["authenticated_from"] = v1.authenticated_from
+        tail = None
     if auth is not None:
-        _put(out, "spf", auth.spf)
-        _put(out, "dkim", auth.dkim)
+        if auth.spf is not None:
+            out["spf"] = auth.spf
+        if auth.dkim is not None:
+            out["dkim"] = auth.dkim
     out["client_ip"] = scrub(transaction.client_ip)
     if transaction.helo:
         out["helo"] = scrub(transaction.helo)
     out["size_bytes"] = transaction.size_bytes
-    for key in RAW_FIELDS:  # MAIL_RELAY_RAW, last as in v1
-        if key in base:
-            out[key] = base[key]
+    if tail is not None:  # MAIL_RELAY_RAW, last as in v1
+        out.update((key, tail[key]) for key in RAW_FIELDS if key in tail)
     return out
 
 
 def _threading(out: dict[str, Any], threading: dict[str, str]) -> None:
-    """`message_id`, `in_reply_to`, `references` and `date` from the message's first such headers."""
-    _put(out, "message_id", message_id(threading.get("message-id")))
-    _put(out, "in_reply_to", message_id(threading.get("in-reply-to")))
+    """`message_id`, `in_reply_to`, `references` and `date` from the message's first such headers (a missing
+    header costs a look-up)."""
+    for key, name in _ID_FIELDS:
+        value = threading.get(name)
+        identifier = message_id(value) if value is not None else None
+        if identifier is not None:
+            out[key] = identifier
     references = threading.get("references")
     if references is not None:
         _put(out, "references", message_ids(references) or None)
-    _put(out, "date", rfc3339_date(threading.get("date")))
+    date = threading.get("date")
+    if date is not None:
+        _put(out, "date", rfc3339_date(date))
 
 
 def encode(payload: dict[str, Any]) -> bytes:

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from mailrelay import _stripping
-from mailrelay._headers import MAX_SCANNED_CHARS, _simple_pairs, addresses, rfc3339_date
+from mailrelay._attachments import Attachment, DeliveryMode
+from mailrelay._headers import MAX_SCANNED_CHARS, _simple_pairs, address_dicts, addresses, rfc3339_date
 from mailrelay._parsing import parse_message
-from mailrelay._payload import build_payload, encode_json
-from mailrelay._payload_v2 import Transaction, payload_v2
+from mailrelay._payload import WebhookPayload, build_payload, encode_json
+from mailrelay._payload_v2 import MailAuth, Transaction, payload_v2
+from mailrelay._raw import RawMessage
 from mailrelay._stripping import strip_reply
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -51,6 +53,20 @@ def test_simple_address_lists_parse_as_the_stdlib() -> None:
             shortcut += 1
             assert pairs == email.utils.getaddresses([value]), value
     assert shortcut > 1_000  # the comparison covered the shortcut, not only the fallback
+
+
+def test_one_address_reads_as_the_address_list() -> None:
+    entries = [
+        form.format(a=f"{local}@{domain}", n=name)
+        for form in [*FORMS, "\t{n}\t<{a}>\t", "{n} <{a}>\r\n", "{a},"]
+        for local in LOCALS
+        for domain in DOMAINS
+        for name in [*NAMES, "N" * 300, "=?utf-8?q?a=2C_b?="]
+    ]
+    entries += ["x" * 317 + "@b", "x" * 318 + "@b", "<" + "x" * 316 + "@b>", "x" * 319 + "@b", "a@b\r\n c@d"]
+    assert sum("," not in entry for entry in entries) > 1_000  # the one-address shortcut is tried
+    for entry in entries:
+        assert address_dicts(entry) == [address.to_dict() for address in addresses(entry)], entry
 
 
 def test_simple_dates_read_as_the_stdlib() -> None:
@@ -149,3 +165,28 @@ def test_threading_headers_are_the_first_of_each_header(path: Path) -> None:
             first.setdefault(name.lower(), value)
         names = ("message-id", "in-reply-to", "references", "date")
         assert dict(message.threading_headers) == {name: first[name] for name in names if name in first}
+
+
+def test_v1_fields_keep_their_values_and_order_in_v2() -> None:
+    # payload_v2 reads v1's attributes itself unless to_dict has work to do (headers, attachments, raw)
+    message = parse_message(b"To: Ann <ann@example.org>\r\nSubject: s\r\n\r\nHello\r\n")
+    attachment = Attachment(content_type="text/csv", size_bytes=3, delivery=DeliveryMode.INLINE, data=b"a,b")
+    options = itertools.product(
+        [None, "Al"], [None, "<p>x</p>"], [None, {"X-A": "1"}], [None, (attachment,)], [None, "pass"],
+        [None, "a@example.org"], [None, RawMessage(data=b"raw"), RawMessage(url="s3://b/k", presigned_url="https://p")],
+        [None, MailAuth(spf="pass"), MailAuth(spf="fail", dkim="pass")],
+    )  # fmt: skip
+    for name, html, headers, attachments, dmarc, authenticated, raw, auth in options:
+        v1 = WebhookPayload(
+            sender="a@example.org", recipient="b+t@example.test", subject="s", body="Hello\n", sender_name=name,
+            html_body=html, headers=headers, attachments=attachments, dmarc_result=dmarc,
+            authenticated_from=authenticated, raw=raw,
+        )  # fmt: skip
+        transaction = Transaction(recipients=("b+t@example.test",), client_ip="192.0.2.7", helo=None, size_bytes=9)
+        v2 = payload_v2(v1, message=message, transaction=transaction, auth=auth)
+        expected = v1.to_dict()
+        assert {key: v2[key] for key in v2 if key in expected} == expected
+        assert [key for key in v2 if key in expected] == list(expected)
+        assert v2.get("spf") == (auth.spf if auth else None)
+        last = list(raw.fields()) if raw is not None else []  # MAIL_RELAY_RAW's fields close both versions
+        assert list(v2)[-len(last) - 1 :] == ["size_bytes", *last]
