@@ -13,7 +13,7 @@ from typing import Protocol, TypeVar
 
 import structlog
 
-from bastion_core._logging import info_dropped
+from bastion_core._logging import LazyBound, info_dropped
 from bastion_core._random import uuid4_hex
 from mailrelay._attachment_policy import AttachmentPolicy, Screened
 from mailrelay._attachments import Attachment, AttachmentSink, InlineSink
@@ -146,7 +146,7 @@ class Relay:
 
     async def handle_envelope(self, envelope: Envelope, session: Session) -> Reply:
         delivery_id = self._new_delivery_id()
-        bound = log.bind(delivery_id=delivery_id, peer=session.peer_ip)
+        bound = LazyBound(log, delivery_id=delivery_id, peer=session.peer_ip)
         route = envelope.route.name if envelope.route is not None else None
         target = self.route_targets.get(route or "", self.target)
         if route is not None and self.route_targets:
@@ -225,9 +225,7 @@ class Relay:
             return route.payload_version
         return self.payload_version
 
-    async def _store(
-        self, screened: Screened, raw: bytes, delivery_id: str, bound: structlog.typing.FilteringBoundLogger
-    ) -> Stored | Reply:
+    async def _store(self, screened: Screened, raw: bytes, delivery_id: str, bound: LazyBound) -> Stored | Reply:
         """The kept attachments through the sink, then the original message through the raw store (both 451 when
         an upload fails; then nothing of the message stays stored)."""
         try:
@@ -260,9 +258,7 @@ class Relay:
         if raw_message is not None and self.raw_store is not None:
             await self.raw_store.discard(raw_message)
 
-    def _sender_allowed(
-        self, policy: SenderPolicy, facts: MessageFacts, bound: structlog.typing.FilteringBoundLogger
-    ) -> bool:
+    def _sender_allowed(self, policy: SenderPolicy, facts: MessageFacts, bound: LazyBound) -> bool:
         """The sender policy's decision, logged when it refuses (an evaluation error refuses: fail closed)."""
         decision = policy.decide(facts)
         if not decision.allowed:
@@ -277,7 +273,7 @@ class Relay:
                 self.metrics.sender_policy_denied()
         return decision.allowed
 
-    def _paused(self, target: DeliveryTarget, label: str, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
+    def _paused(self, target: DeliveryTarget, label: str, bound: LazyBound) -> Reply | None:
         """Direct mode while the target pauses: nothing can be delivered for now, so say so (451) before parsing,
         checking or uploading anything."""
         pause = target.pause() if self.queue is None else None
@@ -288,7 +284,7 @@ class Relay:
             self.metrics.delivery(Delivery.CIRCUIT_OPEN, target=label)
         return r.temporary_failure(pause.reason)
 
-    def _screen(self, message: ParsedMessage, bound: structlog.typing.FilteringBoundLogger) -> Screened | Reply:
+    def _screen(self, message: ParsedMessage, bound: LazyBound) -> Screened | Reply:
         """The attachment policy: what is kept and dropped (dropped ones logged and counted), or the refusal."""
         try:
             screened = self.attachment_policy.screen(message.parts)
@@ -312,7 +308,7 @@ class Relay:
         body: bytes,
         delivery_id: str,
         stored: Stored,
-        bound: structlog.typing.FilteringBoundLogger,
+        bound: LazyBound,
         details: Mapping[str, object],
     ) -> Reply:
         """Direct mode: the target's delivery with its retries; the reply follows from how it ended."""
@@ -342,7 +338,7 @@ class Relay:
         delivery_id: str,
         route: str | None,
         stored: Stored,
-        bound: structlog.typing.FilteringBoundLogger,
+        bound: LazyBound,
         details: Mapping[str, object],
     ) -> Reply:
         try:
@@ -357,7 +353,7 @@ class Relay:
             bound.info("message_queued", **details)
         return r.MESSAGE_ACCEPTED
 
-    def _dmarc_refusal(self, verdict: DmarcVerdict, bound: structlog.typing.FilteringBoundLogger) -> Reply | None:
+    def _dmarc_refusal(self, verdict: DmarcVerdict, bound: LazyBound) -> Reply | None:
         """Counts the DMARC result; with `dmarc_enforce`, the reply refusing the message, if any (logged)."""
         if self.metrics is not None:
             self.metrics.dmarc(verdict.result)
@@ -376,7 +372,7 @@ class Relay:
             return r.dmarc_rejected(verdict.domain) if verdict.domain else r.DMARC_NO_AUTHOR
         return None
 
-    def _log_dropped(self, screened: Screened, bound: structlog.typing.FilteringBoundLogger) -> None:
+    def _log_dropped(self, screened: Screened, bound: LazyBound) -> None:
         for dropped in screened.dropped:
             rule = dropped.rule.value
             self.dropped_attachments[rule] += 1
