@@ -14,7 +14,7 @@ import email.utils
 import re
 from dataclasses import dataclass
 
-from mailrelay._parsing import decode_header_value
+from mailrelay._parsing import SIMPLE_ADDRESS, decode_header_value, simple_address_pairs, simple_pair
 
 MAX_ID_CHARS = 998  # RFC 5322 2.1.1: no line is longer, so no single id is either
 MAX_REFERENCES = 100  # ids in `references`: the root plus the most recent 99
@@ -27,16 +27,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 _ID = re.compile(r"<([^<>\s]+)>")  # unbounded on purpose: a bounded repeat re-scans from every "<"
 _BARE_ID = re.compile(r"^\s*([^<>\s@]+@[^<>\s@]+)\s*$")
 _ADDRESS = re.compile(r"^[^\s@<>()\[\],;:\"]+@[^\s@<>()\[\],;:\"]+$")
-# The common shapes parsed without the stdlib's address parser (the same pairs, a fifth of the time): a list of
-# `local@domain`, `<local@domain>` or `Name Words <local@domain>`, every part RFC 5322 atext (no quotes, comments,
-# dots in names, groups or empty entries; anything else goes to email.utils.getaddresses).
-_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
-_DOT_ATOM = rf"{_ATEXT}(?:\.{_ATEXT})*"
-_SIMPLE_ENTRY = re.compile(  # matched on an entry without its outer blanks: no two blank runs meet (linear time)
-    rf"(?:(?P<name>{_ATEXT}(?:[ \t]+{_ATEXT})*)[ \t]*)?<(?P<angled>{_DOT_ATOM}@{_DOT_ATOM})>"
-    rf"|(?P<bare>{_DOT_ATOM}@{_DOT_ATOM})"
-)
-_BLANKS = re.compile(r"[ \t]+")
 # The usual Date (`Sat, 21 Nov 2026 09:30:00 +0100`) read without email.utils.parsedate_to_datetime, same result:
 # a 4-digit year from 1000, a numeric zone; anything else (names of zones, 2-digit years, comments) goes to it.
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -166,7 +156,7 @@ def addresses(raw: str | None) -> list[Address]:
     if raw is None:
         return []
     text = raw[:MAX_SCANNED_CHARS].replace("\r", " ").replace("\n", " ")
-    pairs = _simple_pairs(text)
+    pairs = simple_address_pairs(text)
     if pairs is not None:
         return _simple_addresses(pairs)
     try:
@@ -187,20 +177,19 @@ def addresses(raw: str | None) -> list[Address]:
 
 def address_dicts(raw: str) -> list[dict[str, str]]:
     """``[a.to_dict() for a in addresses(raw)]``, the JSON of payload v2's `to`, `cc` and `reply_to`. The usual
-    value, one `_SIMPLE_ENTRY` of at most MAX_ADDRESS_CHARS characters (`local@domain`, `<local@domain>`, `Name
+    value, one `SIMPLE_ADDRESS` of at most MAX_ADDRESS_CHARS characters (`local@domain`, `<local@domain>`, `Name
     <local@domain>`), is read with one match and written as its dictionary at once."""
     if "," not in raw and len(raw) <= MAX_ADDRESS_CHARS:
-        match = _SIMPLE_ENTRY.fullmatch(raw.strip(" \t"))
+        match = SIMPLE_ADDRESS.fullmatch(raw.strip(" \t"))
         if match is not None:
-            name, angled, bare = match.group("name", "angled", "bare")
-            display = _simple_display(_BLANKS.sub(" ", name)) if name else None
-            address = angled or bare
+            name, address = simple_pair(match)
+            display = _simple_display(name) if name else None
             return [{"address": address} if display is None else {"address": address, "name": display}]
     return [address.to_dict() for address in addresses(raw)]
 
 
 def _simple_addresses(pairs: list[tuple[str, str]]) -> list[Address]:
-    """`addresses`' loop for `_simple_pairs`: an atext address has no control character and always matches
+    """`addresses`' loop for `simple_address_pairs`: an atext address has no control character and always matches
     `_ADDRESS`."""
     out: list[Address] = []
     for name, address in pairs:
@@ -213,7 +202,7 @@ def _simple_addresses(pairs: list[tuple[str, str]]) -> list[Address]:
 
 
 def _simple_display(name: str) -> str | None:
-    """The display name of a `_simple_pairs` name: one without an encoded word is already clean (words joined by
+    """The display name of a `simple_address_pairs` name: one without an encoded word is already clean (words joined by
     one space)."""
     if "=?" in name:
         display = clean(decode_header_value(name[: MAX_NAME_CHARS * 8]), MAX_NAME_CHARS)
@@ -227,16 +216,3 @@ def plus_tag(recipient: str) -> str | None:
     local = recipient.rpartition("@")[0]
     tag = local.partition("+")[2]
     return tag or None
-
-
-def _simple_pairs(text: str) -> list[tuple[str, str]] | None:
-    """email.utils.getaddresses([text]) for a list of `_SIMPLE_ENTRY`s (a name's words joined by one space);
-    None for any other text."""
-    pairs: list[tuple[str, str]] = []
-    for entry in text.split(","):
-        match = _SIMPLE_ENTRY.fullmatch(entry.strip(" \t"))
-        if match is None:
-            return None
-        name, angled, bare = match.group("name", "angled", "bare")
-        pairs.append((_BLANKS.sub(" ", name) if name else "", angled or bare))
-    return pairs

@@ -7,6 +7,8 @@ both: the fields, the payload and what parse_message makes of them must be the s
 from __future__ import annotations
 
 import email.header
+import itertools
+import re
 from email import policy
 from email.message import Message
 from email.parser import BytesParser
@@ -110,3 +112,97 @@ def test_header_values_without_encoded_words_decode_as_the_stdlib_does(raw: str)
     chunks = email.header.decode_header(unfolded)
     expected = "".join(c if isinstance(c, str) else c.decode(cs or "ascii") for c, cs in chunks)
     assert decode_header_value(raw) == _parsing.scrub(expected)
+
+
+def _without_shortcuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our own module's shortcuts off: the stdlib's address, parameter and file-name parsing alone."""
+    monkeypatch.setattr(_parsing, "simple_address_pairs", lambda text: None)
+    monkeypatch.setattr(_parsing, "_ONE_CHARSET", re.compile(r"(?!)"))
+    monkeypatch.setattr(_parsing, "_names_a_file", lambda part: True)
+
+
+@pytest.mark.parametrize("raw", CASES.values(), ids=CASES.keys())
+def test_parse_message_is_the_same_without_the_shortcuts(raw: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = parse_message(raw)
+    _without_shortcuts(monkeypatch)
+    assert fast == parse_message(raw)
+
+
+def _content_types() -> list[str]:
+    types = ["text/plain", "TEXT/HTML", "application/x-y", "text"]
+    separators = ["; ", ";", " ; ", ";\t", ";\r\n "]
+    keys = ["charset", "Charset", "CHARSET", "charset*", " charset ", "char set", "xcharset"]
+    equals = ["=", " = ", "\t=\t"]
+    values = [
+        "utf-8",
+        '"utf-8"',
+        '"UTF-8"',
+        "ISO-8859-1",
+        '"utf-8',
+        'utf-8"',
+        '""',
+        "",
+        "utf 8",
+        '"a;b"',
+        "us-ascii",
+        "x{}~'^",
+        "utf-8''x",
+        "caf\u00e9",
+        '"utf\\-8"',
+    ]
+    trailers = ["", " ", "\t", "; format=flowed", ";", ' ; name="x"']
+    return [
+        f"{kind}{separator}{key}{equal}{value}{trailer}"
+        for kind, separator, key, equal, value, trailer in itertools.product(
+            types, separators, keys, equals, values, trailers
+        )
+    ]
+
+
+def test_charsets_read_as_the_stdlib() -> None:
+    shortcut = 0
+    for value in _content_types():
+        part = Message(policy=policy.compat32)
+        part["Content-Type"] = value
+        expected = _parsing._header_param_safe(part, "get_content_charset")
+        assert _parsing._charset(part) == expected, value
+        shortcut += _parsing._ONE_CHARSET.fullmatch(value) is not None
+    assert shortcut > 500  # the comparison covered the shortcut, not only the fallback
+
+
+def test_file_names_read_as_the_stdlib(monkeypatch: pytest.MonkeyPatch) -> None:
+    params = [
+        "",
+        '; name="a.txt"',
+        "; NAME=b",
+        "; Name*0=c; Name*1=d",
+        "; name*=utf-8''%C3%A9.txt",
+        "; x=name",
+        "; nam e=x",
+        "; filenam=x",
+        '; charset="utf-8"',
+        "; format=flowed",
+        ";",
+        "; =name",
+    ]
+    dispositions = [
+        None,
+        "inline",
+        "attachment",
+        'attachment; filename="r.pdf"',
+        "attachment; FileName=s",
+        "attachment; filename*0*=utf-8''t; filename*1=u",
+        "inline; size=3",
+        "attachment; x=filename",
+    ]
+    parts = []
+    for kind, param, disposition in itertools.product(["text/plain", "application/pdf"], params, dispositions):
+        part = Message(policy=policy.compat32)
+        part["Content-Type"] = kind + param
+        if disposition is not None:
+            part["Content-Disposition"] = disposition
+        parts.append(part)
+    fast = [_parsing._filename(part) for part in parts]
+    monkeypatch.setattr(_parsing, "_names_a_file", lambda part: True)
+    assert fast == [_parsing._filename(part) for part in parts]
+    assert fast.count(None) > 50 and len(set(fast)) > 5  # both the shortcut's None and names were compared

@@ -14,8 +14,8 @@ import pytest
 
 from mailrelay import _stripping
 from mailrelay._attachments import Attachment, DeliveryMode
-from mailrelay._headers import MAX_SCANNED_CHARS, _simple_pairs, address_dicts, addresses, rfc3339_date
-from mailrelay._parsing import parse_message
+from mailrelay._headers import MAX_SCANNED_CHARS, address_dicts, addresses, rfc3339_date
+from mailrelay._parsing import parse_message, simple_address_pairs
 from mailrelay._payload import WebhookPayload, build_payload, encode_json
 from mailrelay._payload_v2 import MailAuth, Transaction, payload_v2
 from mailrelay._raw import RawMessage
@@ -48,7 +48,7 @@ def test_simple_address_lists_parse_as_the_stdlib() -> None:
     lists = [*entries, *(", ".join(pair) for pair in itertools.islice(itertools.combinations(entries[::7], 2), 20_000))]
     shortcut = 0
     for value in lists:
-        pairs = _simple_pairs(value)
+        pairs = simple_address_pairs(value)
         if pairs is not None:
             shortcut += 1
             assert pairs == email.utils.getaddresses([value]), value
