@@ -7,9 +7,11 @@ order, and must get the same answer byte for byte; the recording guards must be 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from fastapi import Request
 
 from bastion import BastionError, Exemptions, NotFound, Service, Slot, load_settings
 from bastion._app import BastionApp
@@ -46,8 +48,11 @@ class Recorder:
         return outcome
 
 
-def service() -> Service:
+def service(inside: list[Callable[[], Awaitable[object]]]) -> Service:
+    """``inside``: what the idempotent route's handler awaits when the body asks for ``again`` (the same request
+    sent again while this one runs: 409)."""
     built = Service("fused")
+    created: list[str] = []
     for number in (1, 2):
         version = built.version(number)
         version.get("/x")(lambda: {"ok": True})
@@ -56,6 +61,14 @@ def service() -> Service:
         @version.get("/boom")
         def boom() -> dict[str, str]:
             raise RuntimeError("handler bug")
+
+        @version.post("/orders", status_code=201, idempotency=True)
+        async def order(request: Request) -> dict[str, object]:
+            body = await request.json()
+            if body.get("again"):
+                await inside[0]()
+            created.append(body["item"])
+            return {"id": len(created), "item": body["item"]}
 
         @version.get("/missing")
         def missing() -> dict[str, str]:
@@ -66,8 +79,10 @@ def service() -> Service:
     return built
 
 
-def build(environ: dict[str, str]) -> tuple[BastionApp, list[Recorder]]:
-    app = service().build(load_settings(environ=environ))
+def build(
+    environ: dict[str, str], inside: list[Callable[[], Awaitable[object]]] | None = None
+) -> tuple[BastionApp, list[Recorder]]:
+    app = service([] if inside is None else inside).build(load_settings(environ=environ))
     recorders = [Recorder(), Recorder(cleanup=True)]
     # Two more built-in-like guards after policy (fused with it): one reporting outcomes, one cleaning up.
     at = next(index for index, step in enumerate(app.steps) if step.name == "policy") + 1
@@ -93,7 +108,7 @@ def environ(tmp_path: Path) -> dict[str, str]:
     }
 
 
-async def call(app: ASGIApp, method: str, path: str, headers: Headers) -> tuple[int, Headers, bytes]:
+async def call(app: ASGIApp, method: str, path: str, headers: Headers, body: bytes = b"") -> tuple[int, Headers, bytes]:
     scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -111,7 +126,7 @@ async def call(app: ASGIApp, method: str, path: str, headers: Headers) -> tuple[
     messages: list[Message] = []
 
     async def receive() -> Message:
-        return {"type": "http.request", "body": b"", "more_body": False}
+        return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: Message) -> None:
         messages.append(message)
@@ -173,3 +188,39 @@ async def test_other_connections_take_the_nested_layers(environ: dict[str, str])
 
     await assemble(app.steps, lifespan_app)({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
     assert seen == ["lifespan"]
+
+
+async def test_an_idempotent_post_answers_alike_fused_and_nested(environ: dict[str, str]) -> None:
+    bearer = [(b"authorization", f"Bearer {environ.pop('BEARER')}".encode()), (b"content-type", b"application/json")]
+    inside: list[Callable[[], Awaitable[object]]] = []
+    fused_app, _ = build(environ, inside)
+    nested_app, _ = build(environ, inside)
+    fused = assemble(fused_app.steps, fused_app.dispatcher)
+    nested = assemble(nested_app.steps, nested_app.dispatcher, fuse=False)
+    key = [*bearer, (b"idempotency-key", b"k-1")]
+    again = [*bearer, (b"idempotency-key", b"k-2")]
+    requests: list[tuple[Headers, bytes]] = [
+        (key, b'{"item": "a"}'),  # first: 201, stored
+        (key, b'{"item": "a"}'),  # replayed
+        (key, b'{"item": "b"}'),  # 422: another body
+        (again, b'{"item": "c", "again": true}'),  # 201; the same request inside it: 409
+        (bearer, b'{"item": "d"}'),  # 400: no key
+        ([*bearer, (b"idempotency-key", b'"bad\\"')], b'{"item": "e"}'),  # 400: invalid key
+    ]
+    answers = []
+    for app in (fused, nested):
+        got = []
+        for headers, body in requests:
+            inner: list[tuple[int, Headers, bytes]] = []
+
+            async def again_inside(app: ASGIApp = app, headers: Headers = headers, body: bytes = body) -> None:
+                inner.append(await call(app, "POST", "/api/v2/orders", headers, body))  # noqa: B023
+
+            inside[:] = [again_inside]
+            got.append((await call(app, "POST", "/api/v2/orders", headers, body), inner))
+        answers.append(got)
+    assert answers[0] == answers[1]
+    statuses = [(status, [answer[0] for answer in inner]) for (status, _, _), inner in answers[0]]
+    assert statuses == [(201, []), (201, []), (422, []), (201, [409]), (400, []), (400, [])]
+    replayed = answers[0][1][0][1]
+    assert (b"idempotent-replayed", b"true") in replayed

@@ -131,17 +131,43 @@ class IdempotencyMiddleware:
                 raise IdempotencyUnavailable() from None
             await self.app(scope, replay_body, send)
             return
-        if stored is None:
-            await self._first(key, print_, scope, replay_body, send)
-        elif stored.fingerprint != print_:
-            self.metrics.idempotency("mismatch")
-            raise IdempotencyKeyReused()
-        elif stored.running:
-            self.metrics.idempotency("conflict")
-            raise IdempotencyConflict()
-        else:
-            self.metrics.idempotency("replayed")
-            await _replay(stored, send)
+        if stored is not None:
+            await self._found(stored, print_, send)
+            return
+        # This request holds the key: the handler runs in this coroutine (no second one per request); its response
+        # is stored if it qualifies, else the key is released.
+        cap, ttl = self.max_response_bytes, self.ttl
+        done = False
+        head: bytes | None = None
+        """The response's status and headers while it may still be stored."""
+
+        async def recording(message: Message) -> None:
+            nonlocal head, done
+            if message["type"] == "http.response.start":
+                # Rendered now: the layers further out add their own headers (request id, quota, security headers)
+                # to this same message on its way out, and a replay gets theirs afresh.
+                head = response_head(message["status"], message.get("headers", ())) if message["status"] < 500 else None
+            elif head is not None and message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                if message.get("more_body", False) or len(body) > cap:
+                    head = None  # streaming or over the cap: not stored
+                elif local is not None:
+                    local.replace_now(key, record_of(print_, head, body), ttl_secs=ttl)
+                    self.metrics.idempotency("stored")
+                    done, head = True, None
+                else:
+                    done = await self._store(key, record_of(print_, head, body))
+                    head = None
+            await send(message)
+
+        try:
+            await self.app(scope, replay_body, recording)
+        except BaseException:
+            self._release(key)
+            raise
+        if not done:
+            self.metrics.idempotency("not_stored")
+            self._release(key)
 
     async def _claim(self, key: str, print_: bytes) -> Stored | None:
         """``None`` when this request now holds the key; else the record found (CacheStoreError propagates)."""
@@ -155,40 +181,16 @@ class IdempotencyMiddleware:
             await self.store.delete(key)  # an unreadable record: the key is free again
         raise IdempotencyConflict()
 
-    async def _first(self, key: str, print_: bytes, scope: Scope, receive: Receive, send: Send) -> None:
-        """Run the handler; store its response if it qualifies, else release the key."""
-        cap, local = self.max_response_bytes, self.local
-        stored = False
-        head: bytes | None = None
-        """The response's status and headers while it may still be stored."""
-
-        async def recording(message: Message) -> None:
-            nonlocal head, stored
-            if message["type"] == "http.response.start":
-                # Rendered now: the layers further out add their own headers (request id, quota, security headers)
-                # to this same message on its way out, and a replay gets theirs afresh.
-                head = response_head(message["status"], message.get("headers", ())) if message["status"] < 500 else None
-            elif head is not None and message["type"] == "http.response.body":
-                body = message.get("body", b"")
-                if message.get("more_body", False) or len(body) > cap:
-                    head = None  # streaming or over the cap: not stored
-                elif local is not None:
-                    local.replace_now(key, record_of(print_, head, body), ttl_secs=self.ttl)
-                    self.metrics.idempotency("stored")
-                    stored, head = True, None
-                else:
-                    stored = await self._store(key, record_of(print_, head, body))
-                    head = None
-            await send(message)
-
-        try:
-            await self.app(scope, receive, recording)
-        except BaseException:
-            self._release(key)
-            raise
-        if not stored:
-            self.metrics.idempotency("not_stored")
-            self._release(key)
+    async def _found(self, stored: Stored, print_: bytes, send: Send) -> None:
+        """The answer to a request whose key another request holds or held: 422, 409 or the stored response."""
+        if stored.fingerprint != print_:
+            self.metrics.idempotency("mismatch")
+            raise IdempotencyKeyReused()
+        if stored.running:
+            self.metrics.idempotency("conflict")
+            raise IdempotencyConflict()
+        self.metrics.idempotency("replayed")
+        await _replay(stored, send)
 
     async def _store(self, key: str, record: bytes) -> bool:
         try:
