@@ -60,6 +60,11 @@ def message_id(value: str | None) -> str | None:
     over MAX_ID_CHARS."""
     if value is None:
         return None
+    if value[:1] == "<" and value[-1:] == ">" and 2 < len(value) <= MAX_ID_CHARS + 2 and value.isascii():
+        # the usual `<id>` alone: in printable ASCII the only blank is the space (the rest are control characters)
+        bracketed = value[1:-1]
+        if value.isprintable() and " " not in bracketed and "<" not in bracketed and ">" not in bracketed:
+            return bracketed
     match = _ID.search(value)  # message_ids(value, limit=1) without keeping the rest
     while match is not None:
         identifier = _identifier(match.group(1))

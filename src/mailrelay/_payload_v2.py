@@ -8,7 +8,7 @@ docs/mailrelay.md; `mailrelay/schemas/payload-v2.schema.json` describes the resu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from mailrelay._headers import (
     address_dicts,
@@ -19,16 +19,16 @@ from mailrelay._headers import (
 )
 from mailrelay._parsing import ParsedMessage, scrub
 from mailrelay._payload import WebhookPayload, encode_json
-from mailrelay._stripping import strip_reply
+from mailrelay._stripping import reply_parts
 
 PAYLOAD_VERSION = 2
 PAYLOAD_VERSIONS = (1, 2)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Transaction:
+class Transaction(NamedTuple):
     """What the SMTP session knows of one message: every accepted recipient in RCPT order, the client's address
-    and HELO/EHLO name, and the size of the message data in bytes."""
+    and HELO/EHLO name, and the size of the message data in bytes. A named tuple, not a frozen dataclass: one is
+    built per message, and a frozen dataclass sets each field through ``object.__setattr__``."""
 
     recipients: tuple[str, ...]
     client_ip: str
@@ -58,21 +58,34 @@ def payload_v2(
 
     Each field is set where it goes in the order (the JSON's order), read from `v1`'s attributes as its `to_dict`
     reads them; a field whose header is missing costs a dictionary look-up."""
+    if auth is None:
+        return payload_v2_dict(v1, message, transaction)
+    return payload_v2_dict(v1, message, transaction, spf=auth.spf, dkim=auth.dkim)
+
+
+def payload_v2_dict(
+    v1: WebhookPayload,
+    message: ParsedMessage,
+    transaction: Transaction,
+    *,
+    spf: str | None = None,
+    dkim: str | None = None,
+) -> dict[str, Any]:
+    """`payload_v2` with the SPF and DKIM verdicts as arguments (the relay builds no `MailAuth` per message)."""
     out: dict[str, Any] = {"payload_version": PAYLOAD_VERSION}
-    _threading(out, dict(message.threading_headers))
+    if message.threading_headers:
+        _threading(out, dict(message.threading_headers))
     recipient = v1.recipient
     out["sender"] = v1.sender
     if v1.sender_name is not None:
         out["sender_name"] = v1.sender_name
     out["recipient"] = recipient
     out["recipients"] = list(map(scrub, transaction.recipients)) or [recipient]
-    tag = plus_tag(recipient)
+    tag = plus_tag(recipient) if "+" in recipient else None
     if tag is not None:
         out["recipient_tag"] = tag
-    address_headers = dict(message.address_headers)  # one value per key already
-    for key in ("to", "cc", "reply_to"):
-        raw = address_headers.get(key)
-        found = address_dicts(raw) if raw is not None else None
+    for key, raw in message.address_headers:  # to, cc, reply_to in this order, one value each
+        found = address_dicts(raw)
         if found:
             out[key] = found
     out["subject"] = v1.subject
@@ -82,10 +95,9 @@ def payload_v2(
         out["text_body"] = text_body
     if v1.html_body is not None:
         out["html_body"] = v1.html_body
-    stripped = strip_reply(text_body if text_body is not None else v1.body)
-    out["stripped_text"] = stripped.text
-    if stripped.signature is not None:
-        out["stripped_signature"] = stripped.signature
+    out["stripped_text"], signature = reply_parts(text_body if text_body is not None else v1.body)
+    if signature is not None:
+        out["stripped_signature"] = signature
     if v1.headers or v1.attachments or v1.raw is not None:  # to_dict's fields after the bodies, as it writes them
         tail = v1.to_dict()
         out.update((key, tail[key]) for key in V1_TAIL_FIELDS if key in tail)
@@ -95,11 +107,10 @@ def payload_v2(
         if v1.authenticated_from is not None:
             out["authenticated_from"] = v1.authenticated_from
         tail = None
-    if auth is not None:
-        if auth.spf is not None:
-            out["spf"] = auth.spf
-        if auth.dkim is not None:
-            out["dkim"] = auth.dkim
+    if spf is not None:
+        out["spf"] = spf
+    if dkim is not None:
+        out["dkim"] = dkim
     out["client_ip"] = scrub(transaction.client_ip)
     if transaction.helo:
         out["helo"] = scrub(transaction.helo)

@@ -21,8 +21,8 @@ from mailrelay._dmarc import DmarcEvaluator, DmarcVerdict, Enforcement, enforcem
 from mailrelay._errors import AttachmentRejected, AttachmentStoreFailed, QueueUnavailable
 from mailrelay._metrics import Delivery, RelayMetrics
 from mailrelay._parsing import MimePart, ParsedMessage, parse_message, scrub
-from mailrelay._payload import build_payload
-from mailrelay._payload_v2 import MailAuth, Transaction, encode, payload_v2
+from mailrelay._payload import build_payload, encode_json
+from mailrelay._payload_v2 import Transaction, payload_v2_dict
 from mailrelay._processes import WorkerCrashed, WorkerProcesses
 from mailrelay._raw import RawMessage, RawStore
 from mailrelay._routing import DEFAULT_ROUTE, target_label
@@ -421,14 +421,13 @@ def _payload_json(
     )
     if transaction is None:
         return payload.to_json()
-    auth = MailAuth(spf=dmarc.spf, dkim=dmarc.dkim) if dmarc is not None else None
-    return encode(payload_v2(payload, message=message, transaction=transaction, auth=auth))
+    if dmarc is None:
+        return encode_json(payload_v2_dict(payload, message, transaction))
+    return encode_json(payload_v2_dict(payload, message, transaction, spf=dmarc.spf, dkim=dmarc.dkim))
 
 
 def _transaction(envelope: Envelope, session: Session, size: int) -> Transaction:
-    return Transaction(
-        recipients=tuple(envelope.recipients), client_ip=session.peer_ip, helo=session.helo, size_bytes=size
-    )
+    return Transaction(tuple(envelope.recipients), session.peer_ip, session.helo, size)
 
 
 def _shown_filename(filename: str | None) -> str | None:

@@ -77,7 +77,12 @@ _FOOTER_PHRASES = (  # each starts with a letter (see _FOOTER_INITIAL)
 )
 _FOOTER = re.compile(rf"^\s*(?:{'|'.join(_FOOTER_PHRASES)})", re.IGNORECASE | re.VERBOSE)
 # A line whose first non-blank is no phrase's first letter (most lines) is no footer: one short match decides
-_FOOTER_INITIAL = re.compile(rf"\s*[{''.join(sorted({phrase[0] for phrase in _FOOTER_PHRASES}))}]", re.IGNORECASE)
+_INITIALS = "".join(sorted({phrase[0] for phrase in _FOOTER_PHRASES}))
+_FOOTER_INITIAL = re.compile(rf"\s*[{_INITIALS}]", re.IGNORECASE)
+# A line whose first non-blank is "-" or a footer's first letter: without one (and without ":", ">" and "\\") the
+# whole text is the reply (_unmarked); same shape and cost as _FIRST_LINE_DASH and _LINE_DASH
+_FIRST_LINE_MARK = re.compile(rf"[^\S\n]*[-{_INITIALS}]", re.IGNORECASE)
+_LINE_MARK = re.compile(rf"\n[^\S\n]*[-{_INITIALS}]", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,7 +95,15 @@ class StrippedReply:
 
 def strip_reply(body: str) -> StrippedReply:
     """Split `body` into the reply, its signature and the quoted history (dropped). Never raises."""
+    text, signature = reply_parts(body)
+    return StrippedReply(text=text, signature=signature)
+
+
+def reply_parts(body: str) -> tuple[str, str | None]:
+    """`strip_reply`'s text and signature without the object (payload v2 writes them into its dictionary)."""
     text = body.replace("\r\n", "\n").replace("\r", "\n") if "\r" in body else body
+    if ":" not in text and ">" not in text and "\\" not in text and _unmarked(text):
+        return text.strip(), None  # the usual reply: no header, quote, delimiter or footer line can be in it
     # no `>`, no line starting with "-" and no backslash (a `\--` line): no quote and no delimiter line
     plain = _plain_reply(text) if ">" not in text and "\\" not in text and not _may_have_header(text) else None
     if plain is not None:
@@ -108,10 +121,10 @@ def strip_reply(body: str) -> StrippedReply:
     text = "\n".join(reply[:cut] if cut is not None else reply).strip()
     if cut is not None and _is_delimiter(reply[cut]):
         signature = "\n".join(reply[cut + 1 :]).strip()
-    return StrippedReply(text=text, signature=signature or None)
+    return text, signature or None
 
 
-def _plain_reply(text: str) -> StrippedReply | None:
+def _plain_reply(text: str) -> tuple[str, str | None] | None:
     """`strip_reply` of a text without a quote header, a `>` or a delimiter line: all of it is the reply, and only
     a mobile footer among its last non-blank lines can start a signature. Only the last PLAIN_TAIL_LINES lines are
     split off; None when they do not decide (blank lines at the end): then the general code reads all lines."""
@@ -124,11 +137,17 @@ def _plain_reply(text: str) -> StrippedReply | None:
             continue
         if _FOOTER_INITIAL.match(head) and _FOOTER.match(head):
             signature = "\n".join(tail[index:]).strip()
-            return StrippedReply(text="\n".join(tail[:index]).strip(), signature=signature or None)
+            return "\n".join(tail[:index]).strip(), signature or None
         seen += 1
         if seen >= FOOTER_SEARCH_LINES:
-            return StrippedReply(text=text.strip())
-    return StrippedReply(text=text.strip()) if whole else None
+            return text.strip(), None
+    return (text.strip(), None) if whole else None
+
+
+def _unmarked(text: str) -> bool:
+    """True when no line starts (after blanks) with "-" or a mobile footer's first letter: with no ":", ">" or
+    backslash either, the whole text is the reply and there is no signature (`_plain_reply` would find none)."""
+    return _FIRST_LINE_MARK.match(text) is None and _LINE_MARK.search(text) is None
 
 
 def _may_have_header(text: str) -> bool:

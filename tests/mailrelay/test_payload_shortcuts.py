@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mailrelay import _stripping
+from mailrelay import _headers, _stripping
 from mailrelay._attachments import Attachment, DeliveryMode
-from mailrelay._headers import MAX_SCANNED_CHARS, address_dicts, addresses, rfc3339_date
+from mailrelay._headers import MAX_ID_CHARS, MAX_SCANNED_CHARS, address_dicts, addresses, message_id, rfc3339_date
 from mailrelay._parsing import parse_message, simple_address_pairs
 from mailrelay._payload import WebhookPayload, build_payload, encode_json
 from mailrelay._payload_v2 import MailAuth, Transaction, payload_v2
@@ -154,6 +154,43 @@ def test_replies_without_quotes_read_as_the_general_code(monkeypatch: pytest.Mon
     fast = [strip_reply(body) for body in bodies]
     monkeypatch.setattr(_stripping, "_may_have_header", lambda text: True)
     assert [strip_reply(body) for body in bodies] == fast
+
+
+def test_replies_without_a_marked_line_read_as_the_general_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    # no line starting with "-" or a footer's first letter (after any blanks, Unicode ones and their case
+    # variants too), no ":", ">" or backslash: the whole text is the reply, without _plain_reply's footer search
+    lines = ["all of it", "  Sent from my iPhone", "\u00a0- x", "\u017fent from my iPad", "\u0130nviato da", "a", ""]
+    lines += ["\u2003W", "\x0bo", " " * 301 + "Sent via x", "\tEnd", "x-y", "ok.", "  \t"]
+    bodies = [*_bodies(), *("\n".join(combo) for combo in itertools.product(lines, repeat=3))]
+    bodies += [body.replace("\n", "\r\n") for body in bodies[-200:]] + ["a\rSent from my iPhone", "a\r\r\nb\r"]
+    texts = [body.replace("\r", "\n") for body in bodies]
+    taken = [text for text in texts if not set(":>\\") & set(text) and _stripping._unmarked(text)]
+    assert len(taken) > 150  # the shortcut is taken
+    fast = [strip_reply(body) for body in bodies]
+    monkeypatch.setattr(_stripping, "_unmarked", lambda text: False)
+    assert [strip_reply(body) for body in bodies] == fast  # through _plain_reply
+    monkeypatch.setattr(_stripping, "_may_have_header", lambda text: True)
+    assert [strip_reply(body) for body in bodies] == fast  # through the general code
+
+
+def _general_message_id(value: str) -> str | None:
+    # message_id's search without its `<id>` shortcut: the first acceptable bracketed id, else a bare one
+    for match in _headers._ID.finditer(value):
+        identifier = _headers._identifier(match.group(1))
+        if identifier is not None:
+            return identifier
+    return _headers._bare_id(value)
+
+
+def test_a_bracketed_id_alone_reads_as_the_general_search() -> None:
+    pieces = ["<", ">", "a", "@", " ", "\t", "\x7f", "\x1c", "\u00a0", "é", "\u2028"]
+    inner = ["".join(combo) for length in range(4) for combo in itertools.product(pieces, repeat=length)]
+    values = [*inner, *(f"<{text}>" for text in inner)]
+    values += ["<" + "i" * length + "@x>" for length in (MAX_ID_CHARS - 3, MAX_ID_CHARS - 2, MAX_ID_CHARS - 1)]
+    values += ["<bench-17@bench.test>", "<a@b><c@d>", "<>", "<a b@c>", "<a@b>\n", "<a\u3000@b>"]
+    assert sum(value[:1] == "<" and value[-1:] == ">" for value in values) > 1_000  # the shortcut is looked at
+    for value in values:
+        assert message_id(value) == _general_message_id(value), repr(value)
 
 
 @pytest.mark.parametrize("path", FILES[:12], ids=lambda p: p.stem)
