@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 
 import pytest
@@ -110,3 +111,19 @@ async def test_a_value_replaced_in_place_keeps_its_place_and_its_bytes_count() -
     assert [await store.get(key) for key in ("a", "b", "c")] == [b"123456", b"12", b"12"]
     store.replace_now("b", b"1234", ttl_secs=60)  # 12 bytes: past the cap, the oldest (a) goes
     assert [await store.get(key) for key in ("a", "b", "c")] == [None, b"1234", b"12"]
+
+
+def test_a_memory_store_gives_the_garbage_collector_no_new_object_per_write() -> None:
+    # One tracked object per write (a record's tuple) brought the collector's full passes twice as often under the
+    # idempotency step's load (bench/README.md, issue 32).
+    store = MemoryCacheStore(max_bytes=1_000_000)
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for number in range(1000):
+            store.claim_now(f"key-{number}", b"R" * 65, ttl_secs=60)
+            store.replace_now(f"key-{number}", b"D" * 200, ttl_secs=60)
+        added = len(gc.get_objects()) - before
+    finally:
+        gc.enable()
+    assert added < 10
