@@ -8,17 +8,39 @@ import structlog
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from bastion import NotFound, Service
+from bastion import BastionError, NotFound, Service
 from bastion.broker import Broker, optional_broker
 from bastion.errors import BrokerUnavailable
 from bastion.types import SCOPE_CLAIMS
-from examples.documents_api.store import USERS, Document, DocumentStore
+from examples.documents_api.store import USERS, Document, DocumentStore, IdTaken, StoreFull
 
 PAGE_SIZE_DEFAULT = 20
 PAGE_SIZE_MAX = 100
 DOCUMENT_CREATED = "documents.created"
 
 log = structlog.get_logger("documents")
+
+
+class DocumentExists(BastionError):
+    """A create naming the ``id`` of a document that exists: it is replaced with ``PUT``, by its owner or an admin."""
+
+    status, code, message, grpc_status = 409, "DOCUMENT_EXISTS", "A document with this id exists", "ALREADY_EXISTS"
+
+
+class DocumentStoreFull(BastionError):
+    """The example's in-memory store is at its bound (examples/documents_api/store.py). A 4xx, not a 5xx: the
+    service is not failing, and a 5xx would count against the resilience layer's breaker."""
+
+    status, code, message, grpc_status = (
+        409,
+        "DOCUMENT_STORE_FULL",
+        "The document store is full: delete documents first",
+        "RESOURCE_EXHAUSTED",
+    )
+
+
+STORE_FULL = {"description": "The example's in-memory store is full (DOCUMENT_STORE_FULL)."}
+CONFLICTS = {"description": "The id is taken (DOCUMENT_EXISTS) or the store is full (DOCUMENT_STORE_FULL)."}
 
 
 class DocumentRecord(BaseModel):
@@ -72,13 +94,18 @@ def document_routes(store: DocumentStore) -> APIRouter:
     """The routes both versions share (everything but the list)."""
     router = APIRouter()
 
-    @router.post("/documents", response_model=DocumentRecord)
+    @router.post("/documents", response_model=DocumentRecord, responses={409: CONFLICTS})
     async def create_document(
         body: DocumentIn, request: Request, broker: Annotated[Broker | None, Depends(optional_broker)]
     ) -> dict[str, str]:
         owner = caller_sub(request) or body.owner_id or "anonymous"
         doc_id = body.id or store.new_id()
-        doc = store.put(Document(id=doc_id, owner_id=owner, title=body.title, content=body.content))
+        try:
+            doc = store.add(Document(id=doc_id, owner_id=owner, title=body.title, content=body.content))
+        except IdTaken:
+            raise DocumentExists() from None
+        except StoreFull:
+            raise DocumentStoreFull() from None
         if broker is not None:
             event = DocumentCreated(id=doc.id, owner_id=doc.owner_id, title=doc.title)
             try:
@@ -95,11 +122,14 @@ def document_routes(store: DocumentStore) -> APIRouter:
             raise NotFound("Document not found")
         return doc.as_dict()
 
-    @router.put("/documents/{user_id}/{doc_id}", response_model=DocumentRecord)
+    @router.put("/documents/{user_id}/{doc_id}", response_model=DocumentRecord, responses={409: STORE_FULL})
     async def replace_document(user_id: str, doc_id: str, body: DocumentIn) -> dict[str, str]:
         if store.get(user_id, doc_id) is None:
             raise NotFound("Document not found")
-        doc = store.put(Document(id=doc_id, owner_id=user_id, title=body.title, content=body.content))
+        try:
+            doc = store.put(Document(id=doc_id, owner_id=user_id, title=body.title, content=body.content))
+        except StoreFull:
+            raise DocumentStoreFull() from None
         return doc.as_dict()
 
     @router.delete("/documents/{user_id}/{doc_id}", response_model=DocumentRecord)

@@ -1,9 +1,25 @@
-"""The example's in-memory data: documents per owner and the admin-visible user list."""
+"""The example's in-memory data: documents per owner and the admin-visible user list.
+
+The store is bounded (the example is what people copy, and any authenticated caller may create documents): at most
+MAX_DOCUMENTS documents and MAX_STORED_CHARS characters of titles and contents together. Past either, creating a
+document (or growing one) raises StoreFull, which the API answers with 409 ``DOCUMENT_STORE_FULL``.
+"""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+
+MAX_DOCUMENTS = 100_000
+MAX_STORED_CHARS = 64 * 1024 * 1024
+
+
+class StoreFull(Exception):
+    """Storing the document would pass the store's bounds."""
+
+
+class IdTaken(Exception):
+    """A new document names the id of one that exists."""
 
 
 @dataclass(slots=True)
@@ -29,11 +45,14 @@ class User:
 
 
 class DocumentStore:
-    """Documents in insertion order, addressed by ``(owner_id, doc_id)``; not shared between processes."""
+    """Documents in insertion order, addressed by ``(owner_id, doc_id)``; not shared between processes. Holds at most
+    ``max_documents`` documents and ``max_chars`` characters of titles and contents."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_documents: int = MAX_DOCUMENTS, max_chars: int = MAX_STORED_CHARS) -> None:
         self._docs: dict[str, Document] = {}
         self._ids = itertools.count(1)
+        self.max_documents, self.max_chars = max_documents, max_chars
+        self._chars = 0
 
     def new_id(self) -> str:
         while True:
@@ -59,15 +78,34 @@ class DocumentStore:
         doc = self._docs.get(doc_id)
         return doc if doc is not None and doc.owner_id == owner_id else None
 
+    def add(self, doc: Document) -> Document:
+        """A new document: IdTaken when its id is in use (a create never replaces), StoreFull past the bounds."""
+        if doc.id in self._docs:
+            raise IdTaken(doc.id)
+        if len(self._docs) >= self.max_documents:
+            raise StoreFull(f"at most {self.max_documents} documents")
+        return self.put(doc)
+
     def put(self, doc: Document) -> Document:
+        """Store ``doc``, replacing the document with its id; StoreFull when it would pass the character bound."""
+        old = self._docs.get(doc.id)
+        chars = self._chars + _chars(doc) - (_chars(old) if old is not None else 0)
+        if chars > self.max_chars and chars > self._chars:  # a smaller replacement is always taken
+            raise StoreFull(f"at most {self.max_chars} characters of titles and contents")
         self._docs[doc.id] = doc
+        self._chars = chars
         return doc
 
     def delete(self, owner_id: str, doc_id: str) -> Document | None:
         doc = self.get(owner_id, doc_id)
         if doc is not None:
             del self._docs[doc_id]
+            self._chars -= _chars(doc)
         return doc
+
+
+def _chars(doc: Document) -> int:
+    return len(doc.title) + len(doc.content)
 
 
 USERS = (
