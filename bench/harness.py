@@ -47,12 +47,16 @@ class Options:
     write: bool = True
     settle_secs: float = 0.0
     """Before each row, wait up to this long for other work on the machine to drop below ``QUIET_CORES``."""
+    pair_rounds: int = 0
+    """After the rounds, this many paired rounds of each feature target (``report.Target.paired``): the row
+    without the feature and the row with it back to back, their order alternating from one paired round to the next."""
 
     def describe(self) -> str:
         generator = {"auto": "wrk" if loadgen.wrk_available() else "python", "wrk": "wrk"}.get(self.loadgen, "python")
         return (
             f"{self.rounds} round(s), rotated order; "
-            f"{self.duration:g} s timed after {self.warmup:g} s warm-up per row; "
+            + (f"then {self.pair_rounds} paired round(s) of each feature target; " if self.pair_rounds else "")
+            + f"{self.duration:g} s timed after {self.warmup:g} s warm-up per row; "
             f"HTTP: {generator}, 1 thread, {self.connections} keep-alive connections; SMTP: bench.smtpload; "
             f"servers: 1 worker on 127.0.0.1 unless the row says otherwise; {self.pinning()}"
             + (f"; waits up to {self.settle_secs:g} s for a quiet machine before each row" if self.settle_secs else "")
@@ -66,6 +70,9 @@ class Options:
         )
 
 
+MAKE_BENCH_PAIR_ROUNDS = 4
+"""Feature targets bound a cost of 5-10 %, less than the rounds of one row spread on a shared machine (bench/README.md,
+"How it measures"): each gets this many paired rounds after the rounds."""
 QUICK = Options(rounds=1, duration=2.0, warmup=0.0, profile_secs=0.0, write=False)
 
 
@@ -189,7 +196,32 @@ def run(options: Options, *, workspace: Path | None = None) -> dict[str, RowResu
                     print(f"  {scenario.name} failed: {exc}", file=sys.stderr)
                 # What each row costs the run, start-up and stop included (make bench's budget: bench/README.md).
                 print(f"    {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
+        for number in range(options.pair_rounds):
+            for goal in report.TARGETS:
+                without, with_ = results.get(goal.against), results.get(goal.row)
+                if goal.paired and without is not None and with_ is not None and with_.measured and without.measured:
+                    _paired_round(without, with_, ws, options, number)
     return results
+
+
+def _paired_round(without: RowResult, with_: RowResult, ws: Workspace, options: Options, number: int) -> None:
+    """One paired round of a feature target: the two rows back to back (the row without the feature first in even
+    rounds, second in odd ones, so neither always runs on a machine the other just warmed)."""
+    order = (without, with_) if number % 2 == 0 else (with_, without)
+    taken: dict[str, Sample] = {}
+    for row in order:
+        scratch = RowResult(scenario=row.scenario, placement=row.placement)
+        if options.settle_secs > 0:
+            settle(options.settle_secs)
+        label = f"paired round {number + 1}/{options.pair_rounds}"
+        print(f"  {label}: {row.scenario.name} ...", file=sys.stderr, flush=True)
+        try:
+            run_row(row.scenario, ws, options, scratch)
+        except Exception as exc:  # a paired round that fails leaves the rounds' figures as they are
+            print(f"  {row.scenario.name} failed in a paired round: {exc}", file=sys.stderr)
+            return
+        taken[row.scenario.name] = scratch.samples[-1]
+    with_.paired.append((taken[without.scenario.name], taken[with_.scenario.name]))
 
 
 def document(
@@ -217,6 +249,9 @@ def document(
         "",
         report.rounds_table(results),
     ]
+    paired = report.paired_table(results)
+    if paired:
+        parts += ["", "## Paired rounds", "", paired]
     if profile:
         parts += ["", profile]
     return "\n".join(parts) + "\n"
@@ -234,10 +269,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile-secs", type=float, help="py-spy the secured pipeline this long (0 = skip)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory of <date>.md")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--pair-rounds", type=int, help=f"paired rounds of each feature target (make bench: {MAKE_BENCH_PAIR_ROUNDS})"
+    )
     args = parser.parse_args(argv)
-    options = QUICK if args.quick else Options(profile_secs=8.0, settle_secs=5.0)
+    options = QUICK if args.quick else Options(profile_secs=8.0, settle_secs=5.0, pair_rounds=MAKE_BENCH_PAIR_ROUNDS)
     overrides = {
         "rounds": args.rounds,
+        "pair_rounds": args.pair_rounds,
         "duration": args.duration,
         "warmup": args.warmup,
         "connections": args.connections,

@@ -136,3 +136,19 @@ def test_wrk_gets_a_request_script_only_for_a_post_or_a_fresh_header() -> None:
     script = loadgen.wrk_request_script("POST", b'{"a": 1}', "Idempotency-Key")
     assert 'wrk.method = "POST"' in script and 'wrk.body = [[{"a": 1}]]' in script
     assert 'headers["Idempotency-Key"] = "' in script
+
+
+def test_a_feature_target_is_judged_by_its_paired_rounds_and_shows_the_rounds_figure_too() -> None:
+    """Paired rounds (the two rows back to back) decide a feature's cost; without them the medians of the rounds do."""
+    post = _row("bastion-secured POST", 1000, 10.0)
+    idempotent = _row("bastion-secured POST idempotency", 850, 10.0)
+    results = {"bastion-secured POST": post, "bastion-secured POST idempotency": idempotent}
+    goal = "- `bastion-secured POST idempotency` >= 0.9x `bastion-secured POST`: "
+    assert goal + "0.85x, MISSED" in report.targets(results).splitlines()
+    idempotent.paired = [
+        (_row("bastion-secured POST", without, 10.0).samples[0], _row("bastion-secured POST", with_, 10.0).samples[0])
+        for without, with_ in ((1000, 950), (900, 800), (1000, 910))
+    ]
+    verdict = "0.91x, met (median of 3 paired rounds: 0.95, 0.89, 0.91; medians of the rounds: 0.85x)"
+    assert goal + verdict in report.targets(results).splitlines()
+    assert "| bastion-secured POST idempotency | 2 | 900 | 800 | 0.89 |" in report.paired_table(results).splitlines()
