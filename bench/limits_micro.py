@@ -58,7 +58,9 @@ async def best_us(*fns: Callable[[], Awaitable[object]], n: int) -> list[float]:
     return [min(times) for times in results]
 
 
-def secured_app(tmp: Path, minter: TokenMinter, *, idempotency: bool, valkey_url: str | None) -> BastionApp:
+def secured_app(
+    tmp: Path, minter: TokenMinter, *, idempotency: bool, valkey_url: str | None, metrics: bool = False
+) -> BastionApp:
     key = tmp / "public.pem"
     key.write_bytes(minter.public_pem())
     environ = {
@@ -71,7 +73,7 @@ def secured_app(tmp: Path, minter: TokenMinter, *, idempotency: bool, valkey_url
         "SERVICE_RATE_LIMIT_BURST_SIZE": NEVER_TRIP,
         "SERVICE_LOG_LEVEL": "warning",
         "SERVICE_MIDDLEWARE_ACCESS_LOG_ENABLED": "false",
-        "SERVICE_METRICS_ENABLED": "false",
+        "SERVICE_METRICS_ENABLED": str(metrics).lower(),
         "SERVICE_GRPC_ENABLED": "false",
     }
     if valkey_url is not None:

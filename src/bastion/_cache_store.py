@@ -106,7 +106,7 @@ class MemoryCacheStore:
         values = self._values
         old = values.get(key)
         if old is None:
-            self._put(key, value, self._clock() + ttl_secs)
+            self._add(key, value, self._clock() + ttl_secs)
             return
         values[key] = value
         self._expires[key] = self._clock() + ttl_secs
@@ -116,20 +116,25 @@ class MemoryCacheStore:
                 self._forget_oldest(self.max_bytes - self.max_bytes // 16)
 
     def _put(self, key: str, value: bytes, expires: float) -> None:
-        values = self._values
-        if self.max_bytes is not None:
-            old = values.pop(key, None)  # written again: now the newest
-            self._bytes += len(value) - (len(old) if old is not None else 0)
-        values[key] = value
+        if key in self._values:
+            self._drop(key)  # written again: now the newest
+        self._add(key, value, expires)
+
+    def _add(self, key: str, value: bytes, expires: float) -> None:
+        """Write ``key``, which is not held: the newest write. Sweeps and keeps to the byte cap."""
+        self._values[key] = value
         self._expires[key] = expires
+        max_bytes = self.max_bytes
+        if max_bytes is not None:
+            self._bytes += len(value)
         self._writes += 1
         if self._writes >= self._next_sweep:
             now = self._clock()
             for stale in [k for k, expiry in self._expires.items() if expiry <= now]:
                 self._drop(stale)
-            self._next_sweep = self._writes + max(self.SWEEP_EVERY, len(values))
-        if self.max_bytes is not None and self._bytes > self.max_bytes:
-            self._forget_oldest(self.max_bytes - self.max_bytes // 16)
+            self._next_sweep = self._writes + max(self.SWEEP_EVERY, len(self._values))
+        if max_bytes is not None and self._bytes > max_bytes:
+            self._forget_oldest(max_bytes - max_bytes // 16)
 
     def _forget_oldest(self, goal: int) -> None:
         """Drop the oldest writes until the values hold at most ``goal`` bytes. In one batch: a dict finds its
@@ -162,9 +167,11 @@ class MemoryCacheStore:
         """:meth:`claim` as a plain call."""
         now = self._clock()
         held = self._values.get(key)
-        if held is not None and self._expires[key] > now:
-            return held
-        self._put(key, value, now + ttl_secs)
+        if held is not None:
+            if self._expires[key] > now:
+                return held
+            self._drop(key)  # expired: written again below, as the newest
+        self._add(key, value, now + ttl_secs)
         return None
 
     async def delete(self, key: str) -> None:

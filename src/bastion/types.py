@@ -55,3 +55,16 @@ SCOPE_DEFERRED_REVOCATION = "bastion.deferred_revocation"
 it in the same round trip as the charge (taken out of the scope by the rate-limit step)."""
 H2_PROTOCOL_FACTORY = "bastion.h2_protocol_factory"
 """Key in the ASGI lifespan state: the callable the listener's sniffer hands HTTP/2 connections to (gRPC)."""
+
+
+class ReadAhead:
+    """The owner of a ``receive`` (the bound method's ``__self__``) that has read the request's whole body already:
+    the idempotency step, which needs the body before the handler runs. A handler given such a ``receive`` may take
+    the body with :meth:`take_body` instead of receiving it a second time (Bastion's compiled handlers do; anything
+    else just calls ``receive``, which hands the body over as it came)."""
+
+    __slots__ = ()
+
+    def take_body(self) -> bytes | None:
+        """The whole body, taken: from now on ``receive`` waits on the client. ``None`` once it was received."""
+        raise NotImplementedError

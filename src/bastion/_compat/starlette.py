@@ -4,7 +4,8 @@ The compiled handlers (``bastion.routing._compiled``) parse a JSON body themselv
 cannot answer to FastAPI's handler with the body already read. They assume:
 
 - ``starlette.requests.Request._body``: set by ``Request.body()`` once the whole body is read (absent before);
-  ``Request.stream()`` then yields it again.
+  ``Request.stream()`` then yields it again, and so do both when it is set before (a body read earlier, handed
+  over).
 - ``starlette.requests.Request._json``: what ``Request.json()`` returns when set (it parses the body only when
   absent).
 
@@ -55,6 +56,11 @@ def body_read(request: Request) -> bytes | None:
     """The body ``request.body()`` has read, or ``None`` when it has not been read."""
     body: bytes | None = getattr(request, "_body", None)
     return body
+
+
+def remember_body(request: Request, body: bytes) -> None:
+    """Make ``request.body()`` (and ``request.stream()``) return ``body``, read earlier, without receiving it."""
+    request._body = body
 
 
 def remember_json(request: Request, parsed: object) -> None:

@@ -6,10 +6,13 @@ printable ASCII characters (0x20-0x7E), else IdempotencyKeyInvalid (400).
 
 A record lives in the cache store under ``idempotency:<sha256 of caller and key>``: the caller (``user:<sub>`` or
 ``client:<client_id>``) is part of the hash, so one caller's key never finds another caller's response, whatever
-the clocks of the instances say. Without ``cache_store.url`` the step's own in-process store names it
-:func:`local_key` (caller and key themselves when no longer than the hashed name) and fingerprints requests with
-:func:`local_fingerprint`. The record is ``R<fingerprint>`` while the first request runs and ``D<fingerprint><status
-and headers as in an HTTP head>\\r\\n\\r\\n<body>`` once its response is stored.
+the clocks of the instances say. The record is ``R<fingerprint>`` while the first request runs and
+``D<fingerprint><status and headers as in an HTTP head>\\r\\n\\r\\n<body>`` once its response is stored.
+
+Without ``cache_store.url`` the step's own in-process store names it :func:`local_key` (caller and key themselves
+when no longer than the hashed name), fingerprints requests with :func:`local_fingerprint` (a short request is its
+own fingerprint) and writes :func:`local_record` s, whose fingerprint's length is their second byte. Its records
+never leave the process, so they need not match other instances'.
 """
 
 from __future__ import annotations
@@ -28,9 +31,13 @@ RUNNING = b"R"
 DONE = b"D"
 FINGERPRINT_LENGTH = 64
 LOCAL_KEY_MAX_LENGTH = len(KEY_PREFIX) + 64  # a hashed name's length: local_key's names are never longer
+LOCAL_EXACT_MAX = 255
+"""The longest request (method, path, query and body, newline-separated) that is its own fingerprint in memory."""
 MATCH_CACHE_SIZE = 4096
 _PRINTABLE = re.compile(rb"[\x20-\x7e]+")
 _HEADER_JOIN = b": ".join  # (name, value) -> one line of a record's head
+_LOCAL_DONE = tuple(DONE + bytes((length,)) for length in range(LOCAL_EXACT_MAX + 1))
+"""The first two bytes of an in-memory done record, by the length of its fingerprint."""
 
 
 def parse_key(raw: bytes, *, max_length: int) -> str:
@@ -76,9 +83,16 @@ def fingerprint(method: str, path: str, query: bytes, body: bytes) -> bytes:
 
 
 def local_fingerprint(method: str, path: str, query: bytes, body: bytes) -> bytes:
-    """:func:`fingerprint` for the in-process store: BLAKE2b-256 (hex, as long) of the same bytes. Its records never
-    leave this process, so they need not agree with other instances; Python's own BLAKE2 costs about half of
-    OpenSSL's SHA-256 inside a request (bench/README.md, issue 32)."""
+    """The in-process store's fingerprint: the request itself (method, canonical path, query string and body, joined by
+    newlines) when that is at most :data:`LOCAL_EXACT_MAX` bytes: exact, two requests share it only when they are the
+    same request, and there is nothing to hash. A longer one: BLAKE2b-256 of the same bytes in 64 hex digits (never
+    equal to a request, which holds a newline; Python's own BLAKE2 costs about half of OpenSSL's SHA-256 inside a
+    request). Both cost less than :func:`fingerprint`, which every instance sharing a store must agree on
+    (bench/README.md, issue 32)."""
+    if len(body) <= LOCAL_EXACT_MAX:
+        exact = b"\n".join((method.encode(), path.encode("utf-8", "surrogateescape"), query, body))
+        if len(exact) <= LOCAL_EXACT_MAX:
+            return exact
     digest = hashlib.blake2b(
         b"%s\n%s\n%s\n" % (method.encode(), path.encode("utf-8", "surrogateescape"), query), digest_size=32
     )
@@ -126,7 +140,30 @@ def read_record(raw: bytes) -> Stored | None:
         return Stored(print_)
     if kind != DONE:
         return None
-    head, blank, body = raw[1 + FINGERPRINT_LENGTH :].partition(b"\r\n\r\n")
+    return _done(print_, raw[1 + FINGERPRINT_LENGTH :])
+
+
+def local_record(print_: bytes, head: bytes, body: bytes) -> bytes:
+    """A done record of the in-process store, from a :func:`response_head` rendered earlier: ``D``, the length of the
+    fingerprint in one byte (at most :data:`LOCAL_EXACT_MAX`), the fingerprint, the head, the body. Its running record
+    is :func:`running_record`'s."""
+    return b"".join((_LOCAL_DONE[len(print_)], print_, head, body))
+
+
+def read_local_record(raw: bytes) -> Stored | None:
+    """A record as stored by :func:`running_record` or :func:`local_record`; ``None`` for anything else."""
+    kind = raw[:1]
+    if kind == RUNNING:
+        return Stored(raw[1:]) if len(raw) > 1 else None
+    if kind != DONE or len(raw) < 2:
+        return None
+    end = 2 + raw[1]
+    return _done(raw[2:end], raw[end:]) if len(raw) >= end else None
+
+
+def _done(print_: bytes, response: bytes) -> Stored | None:
+    """A done record's fingerprint and the rest (head and body) read back; ``None`` when the head is malformed."""
+    head, blank, body = response.partition(b"\r\n\r\n")
     status, *lines = head.split(b"\r\n")
     if not blank or not status.isdigit() or any(b": " not in line for line in lines):
         return None

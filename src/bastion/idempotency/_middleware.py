@@ -44,14 +44,16 @@ from bastion.idempotency._keys import (
     fingerprint,
     local_fingerprint,
     local_key,
+    local_record,
     parse_key,
+    read_local_record,
     read_record,
     record_key,
     record_of,
     response_head,
     running_record,
 )
-from bastion.types import SCOPE_CLAIMS, ASGIApp, Message, Receive, Scope, Send
+from bastion.types import SCOPE_CLAIMS, ASGIApp, Message, ReadAhead, Receive, Scope, Send
 
 log = structlog.get_logger("bastion.idempotency")
 
@@ -86,8 +88,10 @@ class IdempotencyMiddleware:
         shared = self.local is None
         self.name, self.fingerprint = (record_key, fingerprint) if shared else (local_key, local_fingerprint)
         """A record's name and a request's fingerprint: SHA-256 in a shared store (the same on every instance); in
-        memory the name unhashed when it fits, the fingerprint BLAKE2b (this process's own)."""
+        memory the name unhashed when it fits, the fingerprint the request itself when short (this process's own)."""
+        self.read = read_record if shared else read_local_record
         self.metrics = metrics
+        self.count_stored = metrics.idempotency_counter("stored")
         self.required, self.max_key_length = settings.required, settings.max_key_length
         self.in_flight, self.ttl = settings.in_flight_secs, settings.ttl_secs
         self.max_response_bytes = settings.max_response_bytes
@@ -118,7 +122,6 @@ class IdempotencyMiddleware:
             body = await _read_rest(message, receive)
             message = {"type": "http.request", "body": body, "more_body": False}
         print_ = self.fingerprint(scope["method"], scope["path"], scope.get("query_string", b""), body)
-        replay_body = _replaying(message, receive)
         local = self.local
         try:
             if local is not None and local.claim_now(key, RUNNING + print_, ttl_secs=self.in_flight) is None:
@@ -129,43 +132,20 @@ class IdempotencyMiddleware:
             self.metrics.idempotency("store_error")
             if self.settings.on_store_error == "fail_closed":
                 raise IdempotencyUnavailable() from None
-            await self.app(scope, replay_body, send)
+            await self.app(scope, _Holder(self, key, print_, message, receive, send).receive, send)
             return
         if stored is not None:
             await self._found(stored, print_, send)
             return
         # This request holds the key: the handler runs in this coroutine (no second one per request); its response
         # is stored if it qualifies, else the key is released.
-        cap, ttl = self.max_response_bytes, self.ttl
-        done = False
-        head: bytes | None = None
-        """The response's status and headers while it may still be stored."""
-
-        async def recording(message: Message) -> None:
-            nonlocal head, done
-            if message["type"] == "http.response.start":
-                # Rendered now: the layers further out add their own headers (request id, quota, security headers)
-                # to this same message on its way out, and a replay gets theirs afresh.
-                head = response_head(message["status"], message.get("headers", ())) if message["status"] < 500 else None
-            elif head is not None and message["type"] == "http.response.body":
-                body = message.get("body", b"")
-                if message.get("more_body", False) or len(body) > cap:
-                    head = None  # streaming or over the cap: not stored
-                elif local is not None:
-                    local.replace_now(key, record_of(print_, head, body), ttl_secs=ttl)
-                    self.metrics.idempotency("stored")
-                    done, head = True, None
-                else:
-                    done = await self._store(key, record_of(print_, head, body))
-                    head = None
-            await send(message)
-
+        holder = _Holder(self, key, print_, message, receive, send)
         try:
-            await self.app(scope, replay_body, recording)
+            await self.app(scope, holder.receive, holder)
         except BaseException:
             self._release(key)
             raise
-        if not done:
+        if not holder.done:
             self.metrics.idempotency("not_stored")
             self._release(key)
 
@@ -175,7 +155,7 @@ class IdempotencyMiddleware:
             raw = await self.store.claim(key, running_record(print_), ttl_secs=self.in_flight)
             if raw is None:
                 return None
-            found = read_record(raw)
+            found = self.read(raw)
             if found is not None:
                 return found
             await self.store.delete(key)  # an unreadable record: the key is free again
@@ -239,18 +219,61 @@ async def _read_rest(message: Message, receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-def _replaying(first: Message, receive: Receive) -> Receive:
-    """A ``receive`` that hands the handler ``first`` (the whole body, read here), then waits on the client as usual."""
-    given = False
+class _Holder(ReadAhead):
+    """A request that holds its key, on its way through the handler: :meth:`receive` hands over the body the step
+    read (the whole of it, in one message), then waits on the client as usual (a compiled handler takes the body
+    with :meth:`take_body` instead); the object itself is the handler's ``send`` and stores the response if it
+    qualifies (``done`` once stored). One object per request, for both."""
 
-    async def again() -> Message:
-        nonlocal given
-        if given:
-            return await receive()
-        given = True
+    __slots__ = ("done", "first", "head", "key", "next_receive", "print_", "send", "step")
+
+    def __init__(
+        self, step: IdempotencyMiddleware, key: str, print_: bytes, first: Message, receive: Receive, send: Send
+    ) -> None:
+        self.step, self.key, self.print_ = step, key, print_
+        self.first: Message | None = first
+        self.next_receive, self.send = receive, send
+        self.head: bytes | None = None
+        """The response's status and headers while it may still be stored."""
+        self.done = False
+
+    async def receive(self) -> Message:
+        first = self.first
+        if first is None:
+            return await self.next_receive()
+        self.first = None
         return first
 
-    return again
+    def take_body(self) -> bytes | None:
+        first = self.first
+        if first is None:
+            return None
+        self.first = None
+        body: bytes = first.get("body", b"")
+        return body
+
+    async def __call__(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            # Rendered now: the layers further out add their own headers (request id, quota, security headers)
+            # to this same message on its way out, and a replay gets theirs afresh.
+            status = message["status"]
+            self.head = response_head(status, message.get("headers", ())) if status < 500 else None
+        elif kind == "http.response.body" and self.head is not None:
+            body = message.get("body", b"")
+            step = self.step
+            if message.get("more_body", False) or len(body) > step.max_response_bytes:
+                self.head = None  # streaming or over the cap: not stored
+            else:
+                local = step.local
+                if local is not None:
+                    local.replace_now(self.key, local_record(self.print_, self.head, body), ttl_secs=step.ttl)
+                    step.count_stored()
+                    self.done = True
+                else:
+                    self.done = await step._store(self.key, record_of(self.print_, self.head, body))
+                self.head = None
+        await self.send(message)
 
 
 async def _replay(stored: Stored, send: Send) -> None:

@@ -55,7 +55,7 @@ from starlette.responses import Response
 from bastion._compat import fastapi as fastapi_compat
 from bastion._compat import starlette as starlette_compat
 from bastion.routing._content_type import content_type_of, is_json_content_type
-from bastion.types import ASGIApp, Message, Receive, Scope, Send
+from bastion.types import ASGIApp, Message, ReadAhead, Receive, Scope, Send
 
 ModelField = Any  # FastAPI's field class; its module is private, so it is named only in bastion._compat.fastapi
 log = structlog.get_logger("bastion.routing")
@@ -223,7 +223,7 @@ class CompiledHandler:
         body: Any = _MISSING
         if self.body_field is not None:
             assert request is not None
-            body = await self._read_body(request)
+            body = await self._read_body(request, receive)
             if body is _Fallback:
                 await self.fallback(scope, _replay(starlette_compat.body_read(request) or b"", receive), send)
                 return
@@ -253,17 +253,27 @@ class CompiledHandler:
             value = await self._validated(raw, scope) if self.response_field is not None else raw
             await self._response(value)(scope, receive, send)
 
-    async def _read_body(self, request: Request) -> Any:
+    async def _read_body(self, request: Request, receive: Receive) -> Any:
         """The body as FastAPI reads it: bytes, or the parsed JSON when the content type says JSON.
-        ``_Fallback`` (the class) when FastAPI would refuse the body (malformed JSON)."""
-        try:
-            body_bytes = await request.body()
-        except HTTPException:
-            raise
-        except Exception as exc:  # what FastAPI's handler answers when reading the body fails
-            if starlette_compat.body_size_limited(request.scope) and (error := fastapi_compat.body_limit_error(exc)):
-                raise error from exc
-            raise HTTPException(status_code=400, detail="There was an error parsing the body") from exc
+        ``_Fallback`` (the class) when FastAPI would refuse the body (malformed JSON). A body a step before the
+        handler read already (``receive`` of a :class:`~bastion.types.ReadAhead`: the idempotency step) is taken from
+        it, not received again."""
+        ahead = getattr(receive, "__self__", None)
+        taken = ahead.take_body() if isinstance(ahead, ReadAhead) else None
+        if taken is not None:
+            body_bytes = taken
+            starlette_compat.remember_body(request, taken)
+        else:
+            try:
+                body_bytes = await request.body()
+            except HTTPException:
+                raise
+            except Exception as exc:  # what FastAPI's handler answers when reading the body fails
+                if starlette_compat.body_size_limited(request.scope) and (
+                    error := fastapi_compat.body_limit_error(exc)
+                ):
+                    raise error from exc
+                raise HTTPException(status_code=400, detail="There was an error parsing the body") from exc
         if not body_bytes:
             return _MISSING
         content_type = content_type_of(request.scope)

@@ -12,6 +12,7 @@ import starlette
 from starlette.requests import Request
 
 from bastion._compat import starlette as starlette_compat
+from bastion.types import Message
 
 
 def request(body: bytes) -> Request:
@@ -52,6 +53,17 @@ async def test_the_body_read_is_kept() -> None:
     req = request(b'{"a": 1}')
     assert starlette_compat.body_read(req) is None
     assert await req.body() == b'{"a": 1}'
+    assert starlette_compat.body_read(req) == b'{"a": 1}'
+
+
+async def test_a_remembered_body_is_what_body_and_stream_return_without_receiving() -> None:
+    async def receive() -> Message:
+        raise AssertionError("the body was handed over: nothing to receive")
+
+    req = Request({"type": "http", "method": "POST", "path": "/", "headers": []}, receive)
+    starlette_compat.remember_body(req, b'{"a": 1}')
+    assert await req.body() == b'{"a": 1}'
+    assert [chunk async for chunk in req.stream()] == [b'{"a": 1}', b""]
     assert starlette_compat.body_read(req) == b'{"a": 1}'
 
 

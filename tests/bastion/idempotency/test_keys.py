@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
 
 import pytest
 
@@ -11,18 +11,20 @@ from bastion.errors import IdempotencyKeyInvalid
 from bastion.idempotency import IdempotentRoutes
 from bastion.idempotency._keys import (
     FINGERPRINT_LENGTH,
+    LOCAL_EXACT_MAX,
     LOCAL_KEY_MAX_LENGTH,
     done_record,
     fingerprint,
     local_fingerprint,
     local_key,
+    local_record,
     parse_key,
+    read_local_record,
     read_record,
     record_key,
+    response_head,
     running_record,
 )
-
-Fingerprint = Callable[[str, str, bytes, bytes], bytes]
 
 
 @pytest.mark.parametrize(
@@ -132,15 +134,54 @@ def test_in_memory_a_short_name_is_caller_and_key_themselves_and_a_long_one_the_
     assert local_key("user:jürgen", "k1") == record_key("user:jürgen", "k1")  # no name takes more memory than a hash
 
 
-@pytest.mark.parametrize("of", [fingerprint, local_fingerprint])
-def test_both_fingerprints_cover_method_path_query_and_body_in_64_hex_digits(of: Fingerprint) -> None:
-    base = of("POST", "/api/v1/documents", b"", b'{"title":"a"}')
-    assert len(base) == FINGERPRINT_LENGTH and int(base, 16) >= 0
-    assert of("POST", "/api/v1/documents", b"", b'{"title":"a"}') == base
+def test_the_fingerprint_is_64_hex_digits() -> None:
+    print_ = fingerprint("POST", "/api/v1/documents", b"", b'{"title":"a"}')
+    assert len(print_) == FINGERPRINT_LENGTH and int(print_, 16) >= 0
+
+
+@pytest.mark.parametrize("body", [b'{"title":"a"}', b"x" * 300], ids=["short request", "long request"])
+def test_the_in_memory_fingerprint_covers_method_path_query_and_body(body: bytes) -> None:
+    base = local_fingerprint("POST", "/api/v1/documents", b"", body)
+    assert local_fingerprint("POST", "/api/v1/documents", b"", body) == base
     others = [
-        of("PUT", "/api/v1/documents", b"", b'{"title":"a"}'),
-        of("POST", "/api/v1/notes", b"", b'{"title":"a"}'),
-        of("POST", "/api/v1/documents", b"draft=1", b'{"title":"a"}'),
-        of("POST", "/api/v1/documents", b"", b'{"title":"b"}'),
+        local_fingerprint("PUT", "/api/v1/documents", b"", body),
+        local_fingerprint("POST", "/api/v1/notes", b"", body),
+        local_fingerprint("POST", "/api/v1/documents", b"draft=1", body),
+        local_fingerprint("POST", "/api/v1/documents", b"", body + b" "),
     ]
     assert base not in others and len(set(others)) == 4
+
+
+def test_in_memory_a_short_request_is_its_own_fingerprint_and_a_long_one_its_blake2b() -> None:
+    assert (
+        local_fingerprint("POST", "/api/v1/documents", b"a=1", b'{"t":1}') == b'POST\n/api/v1/documents\na=1\n{"t":1}'
+    )
+    longest = local_fingerprint("POST", "/d", b"", b"x" * (LOCAL_EXACT_MAX - len("POST\n/d\n\n")))
+    assert len(longest) == LOCAL_EXACT_MAX and longest.endswith(b"x")
+    over = local_fingerprint("POST", "/d", b"", b"x" * (LOCAL_EXACT_MAX + 1 - len("POST\n/d\n\n")))
+    digest = hashlib.blake2b(b"POST\n/d\n\n" + b"x" * (LOCAL_EXACT_MAX + 1 - 9), digest_size=32).hexdigest()
+    assert over == digest.encode()
+
+
+@pytest.mark.parametrize(
+    "print_",
+    [b'POST\n/d\n\n{"t":1}', b"\x00\r\n\r\n" * 40, b"f" * 64],
+    ids=["a request", "a request of CR, LF and NUL", "a BLAKE2b"],
+)
+def test_an_in_memory_record_reads_back_whatever_its_fingerprint_holds(print_: bytes) -> None:
+    running = read_local_record(running_record(print_))
+    assert running is not None and running.running and running.fingerprint == print_
+    head = response_head(201, [(b"content-type", b"application/json")])
+    stored = read_local_record(local_record(print_, head, b'{"id":"d-1"}\r\n\r\n'))
+    assert stored is not None and not stored.running
+    assert (stored.fingerprint, stored.status, stored.headers, stored.body) == (
+        print_,
+        201,
+        ((b"content-type", b"application/json"),),
+        b'{"id":"d-1"}\r\n\r\n',
+    )
+
+
+@pytest.mark.parametrize("raw", [b"", b"R", b"D", b"D\x05abc", b"X" + b"0" * 64, b"D\x01a2x0\r\n\r\n"])
+def test_an_unreadable_in_memory_record_is_none(raw: bytes) -> None:
+    assert read_local_record(raw) is None

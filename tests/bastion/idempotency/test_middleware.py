@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from bastion import ConfigError, Service
+from bastion._cache_store import MemoryCacheStore
+from bastion.config import IdempotencySettings
+from bastion.idempotency import IdempotencyMiddleware, IdempotentRoutes
 from bastion.testing import AsyncServiceClient, ServiceClient
+from bastion.types import SCOPE_CLAIMS, Message, ReadAhead, Receive, Scope, Send
 
 KEY = {"Idempotency-Key": '"order-1"'}
 
@@ -250,3 +255,55 @@ def test_an_in_flight_claim_shorter_than_the_request_timeout_is_refused(tmp_path
     settings = config(tmp_path, "[middleware]\ntimeout_secs = 90\n[idempotency]\nin_flight_secs = 60\n")
     with pytest.raises(ConfigError, match=r"idempotency\.in_flight_secs = 60 is shorter than middleware\.timeout_secs"):
         ServiceClient(orders_service([]), config=settings).__enter__()
+
+
+@pytest.mark.parametrize("takes", [True, False], ids=["a handler that takes the body", "a handler that receives it"])
+async def test_the_body_read_by_the_step_reaches_the_handler_once_then_receive_is_the_clients(takes: bool) -> None:
+    """The step reads the whole body before the handler runs. A handler given the step's ``receive`` may take the body
+    from its owner (a ReadAhead: Bastion's compiled routes do) or receive it as one message; either way it gets the
+    body once, and the next ``receive`` is what the client sends next."""
+    client = [
+        {"type": "http.request", "body": b'{"item": ', "more_body": True},
+        {"type": "http.request", "body": b'"book"}', "more_body": False},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> Message:
+        return client.pop(0)
+
+    got: list[object] = []
+
+    async def handler(scope: Scope, receive: Receive, send: Send) -> None:
+        owner = getattr(receive, "__self__", None)
+        assert isinstance(owner, ReadAhead)
+        if takes:
+            got.append(owner.take_body())
+        else:
+            got.append(await receive())
+        got.append(owner.take_body())  # taken or received: nothing left to take
+        got.append(await receive())
+        await send({"type": "http.response.start", "status": 201, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"created"})
+
+    settings = IdempotencySettings(routes=["POST /orders"])
+    store = MemoryCacheStore()
+    step = IdempotencyMiddleware(handler, settings=settings, routes=IdempotentRoutes(settings.routes), store=store)
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope: Scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/orders",
+        "query_string": b"",
+        "headers": [(b"idempotency-key", b"order-1")],
+        SCOPE_CLAIMS: SimpleNamespace(sub="alice", client_id=None),
+    }
+    await step(scope, receive, send)
+    whole = b'{"item": "book"}'
+    first = whole if takes else {"type": "http.request", "body": whole, "more_body": False}
+    assert got == [first, None, {"type": "http.disconnect"}]
+    assert [message.get("status", message.get("body")) for message in sent] == [201, b"created"]
+    assert len(store) == 1  # the response was stored

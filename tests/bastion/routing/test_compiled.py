@@ -9,7 +9,9 @@ pass by both builds running FastAPI.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from bastion.routing import _compiled as compiled_module
 from bastion.routing._compiled import CompiledHandler
 from bastion.routing._resolve import RouteTable
 from bastion.testing import TokenMinter
+from bastion.types import Message, ReadAhead
 from examples.documents_api.api import register
 from examples.documents_api.store import seeded_store
 
@@ -544,3 +547,71 @@ async def test_a_streamed_body_over_the_limit_is_the_same_413(pair_of: Callable[
         answers.append((response.status_code, response.headers.raw, response.content))
     assert answers[0] == answers[1]
     assert answers[0][0] == 413
+
+
+class Titled(BaseModel):
+    title: str
+
+
+async def test_a_body_read_ahead_is_taken_from_its_reader_not_received_again() -> None:
+    """A step before the handler that read the whole body (the idempotency step) hands it over through its
+    ``receive``'s owner, a ReadAhead: the compiled handler takes it from there and never calls ``receive``;
+    FastAPI's handler (a FastAPI without the hooks: nothing compiles) receives it as one message. Same answer."""
+
+    class Ahead(ReadAhead):
+        __slots__ = ("body", "received")
+
+        def __init__(self, body: bytes) -> None:
+            self.body: bytes | None = body
+            self.received = 0
+
+        def take_body(self) -> bytes | None:
+            body, self.body = self.body, None
+            return body
+
+        async def receive(self) -> Message:
+            self.received += 1
+            body = self.take_body()
+            if body is None:
+                return {"type": "http.disconnect"}
+            return {"type": "http.request", "body": body, "more_body": False}
+
+    inner = APIRouter()
+
+    @inner.post("/items", status_code=201)
+    async def create(item: Titled) -> dict[str, str]:
+        return {"title": item.title}
+
+    router = APIRouter()
+    router.include_router(inner, prefix="/x")
+    (entry,) = RouteTable.from_router(router, version=1, compile_with=INLINE_DEPENDENCIES)
+    assert isinstance(entry.handler, CompiledHandler) is COMPILES
+    ahead = Ahead(b'{"title": "t"}')
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async with contextlib.AsyncExitStack() as stack:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/x/items",
+            "raw_path": b"/x/items",
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"14")],
+            "client": ("127.0.0.1", 50000),
+            "server": ("testserver", 80),
+            "path_params": {},
+            "fastapi_astack": stack,
+            "fastapi_inner_astack": stack,
+            "fastapi_function_astack": stack,
+        }
+        await entry.handler(scope, ahead.receive, send)  # type: ignore[misc]
+    assert ahead.received == (0 if COMPILES else 1)
+    assert sent[0]["status"] == 201
+    assert json.loads(sent[1]["body"]) == {"title": "t"}
