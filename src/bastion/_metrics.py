@@ -17,7 +17,6 @@ workers and a scrape reads them all.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -290,14 +289,6 @@ class Metrics:
         self._idempotency(outcome).inc()
         if self.traced:
             note("bastion.idempotency.outcome", outcome)
-
-    def idempotency_counter(self, outcome: str) -> Callable[[], None]:
-        """:meth:`idempotency` of one ``outcome`` as a call without arguments, its counter looked up once (the
-        idempotency step's "stored", once per request). Whether it also notes the outcome on the request's span is
-        decided now: ask after ``traced`` is set."""
-        if self.traced:
-            return functools.partial(self.idempotency, outcome)
-        return self._idempotency(outcome).inc  # type: ignore[no-any-return]
 
     def policy_decision(self, decision: str) -> None:
         self._decisions(decision).inc()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 
 import structlog
 
@@ -91,7 +92,7 @@ class IdempotencyMiddleware:
         memory the name unhashed when it fits, the fingerprint the request itself when short (this process's own)."""
         self.read = read_record if shared else read_local_record
         self.metrics = metrics
-        self.count_stored = metrics.idempotency_counter("stored")
+        self.count_stored = functools.partial(metrics.idempotency, "stored")
         self.required, self.max_key_length = settings.required, settings.max_key_length
         self.in_flight, self.ttl = settings.in_flight_secs, settings.ttl_secs
         self.max_response_bytes = settings.max_response_bytes
