@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 
 import structlog
 
@@ -92,7 +91,6 @@ class IdempotencyMiddleware:
         memory the name unhashed when it fits, the fingerprint the request itself when short (this process's own)."""
         self.read = read_record if shared else read_local_record
         self.metrics = metrics
-        self.count_stored = functools.partial(metrics.idempotency, "stored")
         self.required, self.max_key_length = settings.required, settings.max_key_length
         self.in_flight, self.ttl = settings.in_flight_secs, settings.ttl_secs
         self.max_response_bytes = settings.max_response_bytes
@@ -239,19 +237,12 @@ class _Holder(ReadAhead):
         self.done = False
 
     async def receive(self) -> Message:
-        first = self.first
-        if first is None:
-            return await self.next_receive()
-        self.first = None
-        return first
+        first, self.first = self.first, None
+        return first if first is not None else await self.next_receive()
 
     def take_body(self) -> bytes | None:
-        first = self.first
-        if first is None:
-            return None
-        self.first = None
-        body: bytes = first.get("body", b"")
-        return body
+        first, self.first = self.first, None
+        return None if first is None else first.get("body", b"")
 
     async def __call__(self, message: Message) -> None:
         kind = message["type"]
@@ -269,7 +260,7 @@ class _Holder(ReadAhead):
                 local = step.local
                 if local is not None:
                     local.replace_now(self.key, local_record(self.print_, self.head, body), ttl_secs=step.ttl)
-                    step.count_stored()
+                    step.metrics.idempotency("stored")
                     self.done = True
                 else:
                     self.done = await step._store(self.key, record_of(self.print_, self.head, body))
