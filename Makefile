@@ -42,8 +42,14 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each test file whole in one of them so its module
+# fixtures start once; every worker starts its own session servers (Valkey, NATS, moto, DNS) on free ports.
+# TEST_WORKERS=0 runs it in this process (pdb, -s). One file or test: .venv/bin/pytest tests/<path>.
+TEST_WORKERS ?= 2
+PYTEST_WORKERS = -n $(TEST_WORKERS) --dist loadfile
+
 test: install lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_WORKERS)
 
 format: install
 	$(BIN)/ruff format src tests examples distributions
@@ -90,7 +96,7 @@ compat: $(foreach set,$(COMPAT_SETS),.venv-compat-$(set)/.installed)
 	@for set in $(COMPAT_SETS); do \
 		echo "make compat: $$set set ($$(.venv-compat-$$set/bin/python -m pip list 2>/dev/null \
 			| awk '$$1 ~ /^(fastapi|starlette|uvicorn|grpclib|h2|aiosmtpd)$$/ {printf "%s %s ", $$1, $$2}'))"; \
-		.venv-compat-$$set/bin/pytest -p no:cacheprovider $(COMPAT_TESTS) || exit 1; \
+		.venv-compat-$$set/bin/pytest -p no:cacheprovider $(PYTEST_WORKERS) $(COMPAT_TESTS) || exit 1; \
 	done
 
 # Schemathesis, every check, against `bastion run` of the example (v1 and v2; docs/api-docs.md).
