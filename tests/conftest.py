@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import httpx
 import pytest
@@ -127,6 +127,9 @@ def metric_series(
 class BastionProcess:
     """A real ``bastion run`` subprocess on a free loopback port, its output captured to a file."""
 
+    running: ClassVar[list[BastionProcess]] = []
+    """The processes started and not stopped yet, in this pytest process (a failing test shows their output)."""
+
     def __init__(self, args: list[str], *, env: dict[str, str] | None, log_path: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -141,6 +144,7 @@ class BastionProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: --workers children are stopped with it
         )
+        BastionProcess.running.append(self)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECS
@@ -178,7 +182,25 @@ class BastionProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # the group id is the process's own pid
         self._log.close()
+        with contextlib.suppress(ValueError):
+            BastionProcess.running.remove(self)
         return self.proc.returncode
+
+
+SERVER_LOG_TAIL_LINES = 40
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing test that used ``bastion run`` processes shows the end of each one's output: what the server
+    logged is often the only account of why a client waited or was refused."""
+    report = yield
+    if report.failed:
+        for process in BastionProcess.running:
+            lines = process.output().splitlines()[-SERVER_LOG_TAIL_LINES:]
+            title = f"bastion output (port {process.port}, {process.log_path.name}, last {len(lines)} lines)"
+            report.sections.append((title, "\n".join(lines)))
+    return report
 
 
 def _process_factory(log_dir: Path) -> Iterator[Callable[..., BastionProcess]]:
